@@ -1,0 +1,146 @@
+"""LightningDataModule: shipped corpus → cached token arrays → `(x, y)` windows.
+
+Preparation (once, cached under `cache_dir/<key>/`, rebuilt when the corpus file or the
+settings change): read `tang.jsonl.xz`, convert to the configured script with OpenCC,
+build the character vocabulary, and write `train.bin` / `val.bin` (uint16 ids, each poem
+framed as `<bos> text <eos>`, poems in corpus order) plus `tokenizer.json` and `meta.json`.
+Training and validation read those files memory-mapped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from data.script import SCRIPTS, corpus_to_script
+from data.tokenizer import CharTokenizer
+
+CACHE_VERSION = 1  # bump when the prepared format changes
+
+
+def load_corpus(path: str | Path) -> list[dict]:
+    """Poems of a corpus file written by `data/build_corpus.py` (one JSON object a line).
+
+    raises FileNotFoundError with the command that rebuilds it if `path` is missing.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"corpus file {path} not found. It ships with the repository (git LFS is not used); "
+            "restore it with `git checkout -- data/corpus` or rebuild it with "
+            "`python data/build_corpus.py chinese-poetry-2.0.1.tgz` (from `npm pack chinese-poetry@2.0.1`)."
+        )
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+class Windows(Dataset):
+    """`(x, y)` pairs of `block_size` token ids from a 1-D token array, y = x shifted by one.
+
+    random_offsets=True: every start offset is an item (training, shuffled by the sampler).
+    random_offsets=False: non-overlapping windows that cover the array (validation).
+    Items are `(block_size,) int64` tensors.
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, random_offsets: bool):
+        if len(tokens) <= block_size:
+            raise ValueError(f"{len(tokens)} tokens cannot fill one window of block_size={block_size}")
+        self.tokens, self.block_size = tokens, block_size
+        self.stride = 1 if random_offsets else block_size
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1 - self.block_size) // self.stride + 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = i * self.stride
+        chunk = torch.from_numpy(self.tokens[start : start + self.block_size + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]  # x, y: (block_size,)
+
+
+class PoetryDataModule(L.LightningDataModule):
+    """Serves windows of the shipped 全唐诗 corpus.
+
+    corpus_path: `tang.jsonl.xz`; script: 'simplified' | 'traditional'; block_size: T;
+    batch_size: B per device; cache_dir: where prepared arrays live (outside git).
+    """
+
+    def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
+                 block_size: int = 64, batch_size: int = 32, num_workers: int = 0):
+        super().__init__()
+        if script not in SCRIPTS:
+            raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
+        self.corpus_path, self.cache_root = Path(corpus_path), Path(cache_dir)
+        self.script, self.block_size = script, block_size
+        self.batch_size, self.num_workers = batch_size, num_workers
+
+    @cached_property
+    def cache_dir(self) -> Path:
+        """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays."""
+        if not self.corpus_path.is_file():
+            load_corpus(self.corpus_path)  # raises the explanatory FileNotFoundError
+        h = hashlib.sha256(self.corpus_path.read_bytes())
+        h.update(json.dumps({"script": self.script, "tokenizer": "char", "v": CACHE_VERSION}).encode())
+        return self.cache_root / h.hexdigest()[:16]
+
+    def prepare_data(self) -> None:
+        """Build the cached arrays if they are missing. Safe to interrupt: the folder
+        appears only once complete (written to a temporary folder, then renamed)."""
+        if (self.cache_dir / "meta.json").is_file():
+            return
+        poems = load_corpus(self.corpus_path)
+        texts = corpus_to_script([p["text"] for p in poems], self.script)
+        tok = CharTokenizer.from_texts(texts)
+        self.cache_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_root))
+        try:
+            meta = {"script": self.script, "vocab_size": tok.vocab_size, "corpus": str(self.corpus_path.name)}
+            for split in ("train", "val"):
+                ids = [tok.encode(t, bos=True, eos=True) for p, t in zip(poems, texts) if p["split"] == split]
+                arr = np.fromiter((i for poem in ids for i in poem), dtype=np.uint16)
+                arr.tofile(tmp / f"{split}.bin")
+                meta[split] = {"poems": len(ids), "tokens": int(arr.size),
+                               "characters": int(arr.size) - 2 * len(ids)}
+            tok.save(tmp / "tokenizer.json")
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+            os.replace(tmp, self.cache_dir)
+        except OSError:
+            if not (self.cache_dir / "meta.json").is_file():  # not another process winning the race
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @cached_property
+    def tokenizer(self) -> CharTokenizer:
+        self.prepare_data()
+        return CharTokenizer.load(self.cache_dir / "tokenizer.json")
+
+    @cached_property
+    def meta(self) -> dict:
+        self.prepare_data()
+        return json.loads((self.cache_dir / "meta.json").read_text())
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The memory-mapped `(N,) uint16` token array of 'train' or 'val'."""
+        return np.memmap(self.cache_dir / f"{split}.bin", dtype=np.uint16, mode="r")
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_set = Windows(self.tokens("train"), self.block_size, random_offsets=True)
+        self.val_set = Windows(self.tokens("val"), self.block_size, random_offsets=False)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.batch_size * 4, shuffle=False,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -1,0 +1,85 @@
+"""What "a poem" means here: line splitting, form tags and the corpus cleaning rules.
+
+Shared by `data/build_corpus.py` (cleaning), the data module and the sampler, so each
+rule is written once. All functions work on either script (traditional or simplified).
+"""
+from __future__ import annotations
+
+import re
+
+LINE_END = "，。？！；"
+"""A line (句) ends at one of these full-width marks."""
+
+FORMS = {"wujue": (4, 5), "qijue": (4, 7), "wulv": (8, 5), "qilv": (8, 7)}
+"""form name → (number of lines, characters per line): 五言绝句, 七言绝句, 五言律诗, 七言律诗."""
+
+_NOTE = re.compile(r"（[^（）]*）")  # an editor's note such as （一作「叉」）
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")  # an editor's emendation such as [爽]
+_LINE = re.compile(f"[^{LINE_END}]+[{LINE_END}]?")
+_BAD = re.compile(
+    r"[□{}〖〗「」《》/●\u2ff0-\u2fff0-9０-９A-Za-zＡ-Ｚａ-ｚ"
+    r"\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]"
+)
+
+
+def strip_notes(text: str) -> str:
+    """Remove notes in full-width parentheses and unwrap editor brackets.
+
+    `邏人（一作「叉」）橫鳥道` → `邏人橫鳥道`; `[爽]節` → `爽節`. Nested notes are removed
+    from the inside out. Returns the text without notes; never raises.
+    """
+    previous = None
+    while previous != text:
+        previous, text = text, _NOTE.sub("", text)
+    return _BRACKET.sub(r"\1", text)
+
+
+def bad_characters(text: str) -> set[str]:
+    """Characters that disqualify a poem: `□` (lost), `{…}` component placeholders,
+    `〖〗`, `「」《》`, stray `/` and `●`, ideographic description characters (`⿰`…),
+    digits, Latin letters and private-use code points."""
+    return set(_BAD.findall(text))
+
+
+def split_lines(text: str) -> list[str]:
+    """Split a poem into lines, each keeping its closing mark from `LINE_END`.
+
+    `床前明月光，疑是地上霜。` → `['床前明月光，', '疑是地上霜。']`. A trailing piece
+    without a closing mark is kept as its own line. Whitespace is ignored.
+    """
+    return [m.group(0) for m in _LINE.finditer(re.sub(r"\s+", "", text))]
+
+
+def line_length(line: str) -> int:
+    """Number of characters in a line, not counting its closing mark."""
+    return len(line.rstrip(LINE_END))
+
+
+def form_of(text: str) -> str:
+    """Tag a poem `wujue` (4 lines × 5), `qijue` (4 × 7), `wulv` (8 × 5), `qilv` (8 × 7)
+    or `other`. Every line must have the same length and end with a mark from `LINE_END`."""
+    lines = split_lines(text)
+    if not lines or any(line[-1] not in LINE_END for line in lines):
+        return "other"
+    lengths = {line_length(line) for line in lines}
+    for name, (n_lines, n_chars) in FORMS.items():
+        if len(lines) == n_lines and lengths == {n_chars}:
+            return name
+    return "other"
+
+
+def clean_poem(paragraphs: list[str]) -> tuple[str | None, str]:
+    """Apply the per-poem cleaning rules to the `paragraphs` of one chinese-poetry record.
+
+    Returns `(text, "")` for a kept poem, or `(None, reason)` where reason is one of
+    `bad-characters`, `empty`, `fragment` (fewer than two lines).
+    """
+    text = strip_notes("".join(p.strip() for p in paragraphs))
+    text = re.sub(r"\s+", "", text)
+    if not text.strip(LINE_END):
+        return None, "empty"
+    if bad_characters(text):
+        return None, "bad-characters"
+    if len(split_lines(text)) < 2:
+        return None, "fragment"
+    return text, ""
