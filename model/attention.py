@@ -1,0 +1,141 @@
+"""Causal multi-head self-attention, as built in the lessons (`shared/seeds/`).
+
+The steps and names follow the attention lesson (001, sections 3 and 5) and the shapes table
+of the supplementary reading (000, section 5.3): project x to q, k, v; split heads
+`(B, T, n_embd) → (B, n_head, T, d_k)`; scores = q kᵀ / √d_k; causal mask (a registered
+buffer, 000 §4.3) set to -inf; softmax; dropout on the attention weights (000 §6.3);
+weights @ v; merge heads; output projection. Formula: Vaswani et al. 2017, "Attention Is
+All You Need", eq. 1.
+
+Three backends compute the same thing and differ only in how:
+- `naive`: the explicit formula, step by step.
+- `sdpa`:  `F.scaled_dot_product_attention`, PyTorch picks the kernel.
+- `flash`: the same call restricted to the FlashAttention kernel; `flash_unavailable_reason`
+  says up front when this device, dtype and dropout have no such kernel.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = ("naive", "sdpa", "flash")
+
+
+class BackendUnavailableError(RuntimeError):
+    """The chosen attention backend cannot run on this device / dtype / dropout."""
+
+
+def flash_unavailable_reason(device_type: str, dtype: torch.dtype, dropout: float, d_k: int) -> str | None:
+    """Why the FlashAttention kernel cannot run here, or None if it can.
+
+    device_type: 'cpu' | 'cuda' | ...; dtype: the dtype q, k, v will have (under autocast,
+    the autocast dtype); dropout: the attention dropout that will be used (0 in eval);
+    d_k: head size. The rules are PyTorch's (sdp_utils): the CPU flash kernel has no
+    dropout; the CUDA one needs float16/bfloat16, compute capability ≥ 8.0 and
+    d_k a multiple of 8 up to 256. A short trial call confirms the verdict.
+    """
+    if device_type == "cpu":
+        if dropout > 0:
+            return (f"the CPU FlashAttention kernel has no dropout, and dropout={dropout}. "
+                    "Use attention=sdpa or attention=naive, or set model.dropout=0")
+    elif device_type == "cuda":
+        if dtype not in (torch.float16, torch.bfloat16):
+            return (f"FlashAttention on CUDA needs float16 or bfloat16, not {dtype}. "
+                    "Use trainer.precision=bf16-mixed (or 16-mixed), or attention=sdpa")
+        if torch.cuda.get_device_capability() < (8, 0):
+            return (f"FlashAttention needs a GPU of compute capability 8.0 or newer; this one is "
+                    f"{'.'.join(map(str, torch.cuda.get_device_capability()))}. Use attention=sdpa")
+        if d_k % 8 or d_k > 256:
+            return f"FlashAttention needs a head size d_k that is a multiple of 8 and at most 256, not {d_k}. Use attention=sdpa"
+    else:
+        return f"this project's FlashAttention backend supports cpu and cuda, not {device_type}. Use attention=sdpa"
+    try:  # the rules above are PyTorch's today; a trial call catches what they miss
+        q = torch.zeros(1, 1, 8, d_k, device=device_type, dtype=dtype, requires_grad=dropout > 0)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, q, q, dropout_p=dropout, is_causal=True)
+    except RuntimeError as err:
+        return f"PyTorch has no FlashAttention kernel for this case ({err}). Use attention=sdpa"
+    return None
+
+
+def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: float, d_k: int) -> None:
+    """Raise before any long work if `backend` cannot run here.
+
+    raises ValueError for an unknown backend name, BackendUnavailableError (with the
+    reason and the backend to use instead) if `flash` has no kernel on this device.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "flash" and (reason := flash_unavailable_reason(device_type, dtype, dropout, d_k)):
+        raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention.
+
+    n_embd: model width; n_head: heads, d_k = n_embd // n_head; block_size: longest T;
+    dropout: probability on the attention weights and on the output (training only);
+    backend: one of `BACKENDS`. raises ValueError if n_embd % n_head != 0 or the backend is unknown.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0,
+                 backend: str = "sdpa", bias: bool = False):
+        super().__init__()
+        if n_embd % n_head:
+            raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.n_head, self.n_embd, self.d_k = n_head, n_embd, n_embd // n_head
+        self.dropout, self.backend = dropout, backend
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # W_q, W_k, W_v side by side
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)  # W_O
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        # lower-triangular mask: position t may look at positions ≤ t (lesson 001 §3)
+        mask = torch.ones(block_size, block_size, dtype=torch.bool).tril()
+        self.register_buffer("mask", mask, persistent=False)  # (block_size, block_size)
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, C = x.shape  # (B, T, n_embd)
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # each (B, T, n_embd)
+        q = q.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
+        k = k.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
+        v = v.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
+        return q, k, v
+
+    def _weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        T = q.size(-2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, n_head, T, T)
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # future → -inf
+        return F.softmax(scores, dim=-1)  # (B, n_head, T, T), rows sum to 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, n_embd) float, T ≤ block_size → (B, T, n_embd)."""
+        B, T, C = x.shape
+        q, k, v = self._qkv(x)  # each (B, n_head, T, d_k)
+        if self.backend == "naive":
+            weights = self.attn_dropout(self._weights(q, k))  # (B, n_head, T, T)
+            y = weights @ v  # (B, n_head, T, d_k)
+        else:
+            p = self.dropout if self.training else 0.0  # never drop in eval
+            kernel = sdpa_kernel(SDPBackend.FLASH_ATTENTION) if self.backend == "flash" else nullcontext()
+            with kernel:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, n_head, T, d_k)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # merge heads: (B, T, n_embd)
+        return self.resid_dropout(self.c_proj(y))  # (B, T, n_embd)
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """The attention weights this layer computes for x, whatever the backend.
+
+        x: (B, T, n_embd) → (B, n_head, T, T) float, eval semantics (no dropout): rows sum
+        to 1, the upper triangle is exactly 0. The fused kernels cannot return weights, so
+        they are computed explicitly here, for the inspected batch only.
+        """
+        q, k, _ = self._qkv(x)
+        return self._weights(q, k)

@@ -1,0 +1,159 @@
+"""A GPT language model (decoder-only Transformer), in the style of nanoGPT's model.py.
+
+Token + learned position embeddings, `n_layer` pre-LayerNorm blocks (causal self-attention,
+then a GELU MLP, each added to the residual stream), a final LayerNorm and an `lm_head` tied
+to the token embedding. Initialisation as GPT-2 (Radford et al. 2019): N(0, 0.02), with the
+residual projections scaled by 1/√(2·n_layer).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from model.attention import CausalSelfAttention
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    block_size: int = 64  # longest context T
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0  # on attention weights, residual branches and embeddings
+    bias: bool = False  # bias in Linear and LayerNorm layers
+    attention: str = "sdpa"  # naive | sdpa | flash
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, n_embd) → (B, T, n_embd)
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))  # hidden (B, T, 4·n_embd)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.attention, cfg.bias)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, n_embd) → (B, T, n_embd)
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """cfg: GPTConfig. raises ValueError for an unknown attention backend or n_embd % n_head != 0."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)  # position embedding
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):  # residual projections, GPT-2 §2.3
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; position embeddings excluded when non_embedding (nanoGPT's convention)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
+        pos = torch.arange(T, device=idx.device)  # (T,)
+        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, n_embd)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """idx: (B, T) int64 token ids, T ≤ block_size; targets: (B, T) int64 or None.
+
+        returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
+        token, or None without targets). raises ValueError if T > block_size.
+        """
+        x = self._embed(idx)  # (B, T, n_embd)
+        for block in self.blocks:
+            x = block(x)  # (B, T, n_embd)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Attention weights of every layer for idx: (B, T) int64.
+
+        returns n_layer tensors of (B, n_head, T, T) float, eval semantics, rows sum to 1,
+        whatever the attention backend.
+        """
+        x = self._embed(idx)
+        maps = []
+        for block in self.blocks:
+            maps.append(block.attn.attention_weights(block.ln_1(x)))
+            x = block(x)
+        return maps
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, eos_id: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample continuations of idx: (B, T0) int64 → (B, T0 + n) with n ≤ max_new_tokens.
+
+        Each step feeds the last `block_size` tokens (the context is cropped, so any
+        length works). temperature 0 is greedy; top_k keeps the k likeliest tokens (clamped
+        to the vocabulary). Stops early once every row has produced `eos_id`; rows that
+        ended are padded with eos_id. raises ValueError for temperature < 0 or top_k < 1.
+        """
+        if temperature < 0:
+            raise ValueError(f"temperature must be ≥ 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be ≥ 1, got {top_k}")
+        done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits = logits[:, -1, :].float()  # (B, vocab_size)
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)  # (B, vocab_size)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(done[:, None], eos_id)
+                done |= nxt[:, 0] == eos_id
+            idx = torch.cat([idx, nxt], dim=1)
+            if eos_id is not None and done.all():
+                break
+        return idx
