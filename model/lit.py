@@ -1,0 +1,104 @@
+"""The LightningModule: training and validation steps, AdamW with warmup + cosine, metrics.
+
+Logged: `train/loss` (nats per token), `train/tokens_per_sec`, `val/loss` (mean nats per
+predicted token over the whole held-out set), `val/bpc` (bits per character: total nats of
+the held-out set ÷ its number of poem characters ÷ ln 2; `<bos>`/`<eos>` predictions count
+in the nats, not in the characters). The tokenizer travels in every checkpoint, so a
+checkpoint alone is enough to sample (`load_for_inference`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from torchmetrics import SumMetric
+
+from data.tokenizer import SPECIALS, CharTokenizer
+from model.gpt import GPT, GPTConfig
+
+
+class LitGPT(L.LightningModule):
+    """model: GPTConfig fields except vocab_size; optim: lr, weight_decay, betas,
+    warmup_steps, min_lr_ratio; tokenizer: its `state_dict()`; script: corpus script."""
+
+    def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified"):
+        super().__init__()
+        self.save_hyperparameters(logger=False)  # into checkpoints; train.py logs the Hydra config instead
+        self.tokenizer = CharTokenizer.from_state_dict(tokenizer)
+        self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
+        self.val_nats, self.val_chars = SumMetric(), SumMetric()
+        self._last_step_time: float | None = None
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        return self.gpt(idx, targets)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch  # (B, T), (B, T)
+        _, loss = self.gpt(x, y)
+        self.log("train/loss", loss, prog_bar=True)
+        now = time.perf_counter()
+        if self._last_step_time is not None:
+            self.log("train/tokens_per_sec", x.numel() * self.trainer.world_size / (now - self._last_step_time))
+        self._last_step_time = now
+        return loss
+
+    def on_validation_start(self) -> None:
+        self._last_step_time = None  # validation time is not training throughput
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits, loss = self.gpt(x, y)  # logits (B, T, vocab_size)
+        self.log("val/loss", loss, prog_bar=True, batch_size=x.size(0), sync_dist=True)
+        self.val_nats.update(loss.detach() * y.numel())
+        self.val_chars.update((y >= len(SPECIALS)).sum())
+
+    def on_validation_epoch_end(self) -> None:
+        bpc = self.val_nats.compute() / self.val_chars.compute() / math.log(2)
+        self.log("val/bpc", bpc, prog_bar=True)
+        self.val_nats.reset()
+        self.val_chars.reset()
+
+    def configure_optimizers(self):
+        """AdamW, weight decay on matrices only (nanoGPT); linear warmup, then cosine decay to
+        `min_lr_ratio · lr` at the last step (Loshchilov & Hutter 2017), updated every step."""
+        o = self.hparams.optim
+        decay = [p for p in self.gpt.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.gpt.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=o["lr"], betas=tuple(o["betas"]),
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup, floor = min(o["warmup_steps"], total - 1), o["min_lr_ratio"]
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu",
+                       attention: str | None = None) -> LitGPT:
+    """A trained LitGPT from a checkpoint file, in eval mode on `device`.
+
+    attention: override the backend the model was trained with (e.g. 'sdpa').
+    raises FileNotFoundError naming the path if it does not exist.
+    """
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
+                                "or pass ckpt_path=checkpoints/<run>/last.ckpt")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    hp = ckpt["hyper_parameters"]
+    if attention is not None:
+        hp = {**hp, "model": {**hp["model"], "attention": attention}}
+    lit = LitGPT(**hp)
+    lit.load_state_dict(ckpt["state_dict"])
+    return lit.to(device).eval()
