@@ -1,0 +1,202 @@
+"""Attention backends side by side: time and peak memory of one layer, and one training step.
+
+    python benchmarks/attention.py                      # CPU: float32, T = 64 … 4096
+    python benchmarks/attention.py --dtype bfloat16     # GPU: bf16, e.g. --seq-lens 64 … 8192
+
+For each backend that can run here, each sequence length T and each dropout: the median
+time of forward and of forward+backward of one `CausalSelfAttention` layer in training
+mode (warm-up first), and its peak memory (CPU: each case in a fresh process, peak RSS
+above that process's baseline; GPU: the CUDA allocator's peak). Then one full training step
+(forward, backward, AdamW) of the `tiny` and `small` models per backend. Prints tables with
+ratios to `naive` and writes everything to a JSON file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from model.attention import BACKENDS, CausalSelfAttention, check_backend  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODELS = {  # the conf/model sizes, with the vocabulary of the shipped corpus
+    "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    "small": dict(n_layer=6, n_head=6, n_embd=384, block_size=128, batch=16),
+}
+VOCAB = 8164
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_time(fn, device: str, repeats: int, warmup: int = 2) -> float:
+    """Median wall time of fn() in seconds, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def layer_case(backend, T, dropout, args):
+    """The layer and its input for one case (training mode, so dropout is active)."""
+    torch.manual_seed(0)
+    layer = CausalSelfAttention(args.n_embd, args.n_head, T, dropout, backend).to(args.device, DTYPES[args.dtype])
+    x = torch.randn(args.batch, T, args.n_embd, device=args.device, dtype=DTYPES[args.dtype], requires_grad=True)
+    return layer.train(), x
+
+
+def fwd_bwd(layer, x):
+    layer(x).sum().backward()
+
+
+def reason_unavailable(backend, dropout, args) -> str | None:
+    try:
+        check_backend(backend, args.device, DTYPES[args.dtype], dropout, args.n_embd // args.n_head)
+    except RuntimeError as err:
+        return str(err)
+    return None
+
+
+def peak_memory_mb(backend, T, dropout, args) -> float:
+    """Peak memory of forward+backward, in MiB: CUDA allocator peak, or a child process's RSS growth."""
+    if args.device == "cuda":
+        layer, x = layer_case(backend, T, dropout, args)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fwd_bwd(layer, x)
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    cmd = [sys.executable, __file__, "--memory-case", backend, str(T), str(dropout),
+           "--batch", str(args.batch), "--n-embd", str(args.n_embd), "--n-head", str(args.n_head),
+           "--dtype", args.dtype, "--device", "cpu"]
+    return float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+
+
+def memory_case(backend, T, dropout, args) -> None:
+    """Child process: print the RSS growth (MiB) of one forward+backward."""
+    layer, x = layer_case(backend, T, dropout, args)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fwd_bwd(layer, x)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+
+
+def train_step_ms(name, backend, args) -> float | str:
+    spec = dict(MODELS[name])
+    batch = spec.pop("batch")
+    if reason := reason_unavailable(backend, 0.0, args):
+        return reason
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, attention=backend, **spec)).to(args.device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = torch.randint(0, VOCAB, (batch, spec["block_size"]), device=args.device)
+    amp = torch.autocast(args.device, dtype=DTYPES[args.dtype], enabled=args.dtype != "float32")
+
+    def step():
+        with amp:
+            _, loss = model(idx, idx)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return 1000 * median_time(step, args.device, args.repeats)
+
+
+def fmt(value, ref=None) -> str:
+    if isinstance(value, str):
+        return "n/a"
+    return f"{value:9.2f}" + (f" ({ref / value:4.1f}×)" if ref and not isinstance(ref, str) else "")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seq-lens", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 4096])
+    p.add_argument("--dropouts", type=float, nargs="+", default=[0.0, 0.1])
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
+    p.add_argument("--out", type=Path, default=None, help="JSON file (default: benchmarks/results/attention-<device>.json)")
+    p.add_argument("--memory-case", nargs=3, metavar=("BACKEND", "T", "DROPOUT"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.memory_case:
+        b, T, d = args.memory_case
+        return memory_case(b, int(T), float(d), args)
+
+    machine = (torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine())
+    print(f"# attention backends on {args.device} ({machine}), torch {torch.__version__}, {args.dtype}, "
+          f"batch {args.batch}, n_embd {args.n_embd}, n_head {args.n_head}, median of {args.repeats}")
+    rows = []
+    for dropout in args.dropouts:
+        print(f"\n## dropout {dropout}: ms (speed-up over naive), peak MiB (fraction of naive)")
+        print(f"{'T':>6} " + " ".join(f"{b + ' fwd':>18} {b + ' fwd+bwd':>18} {b + ' MiB':>14}" for b in BACKENDS))
+        for T in args.seq_lens:
+            row = {"T": T, "dropout": dropout}
+            for b in BACKENDS:
+                if reason := reason_unavailable(b, dropout, args):
+                    row[b] = {"unavailable": reason}
+                    continue
+                try:
+                    layer, x = layer_case(b, T, dropout, args)
+                    fwd = median_time(lambda: layer(x), args.device, args.repeats)
+                    both = median_time(lambda: fwd_bwd(layer, x), args.device, args.repeats)
+                    mem = None if args.no_memory else peak_memory_mb(b, T, dropout, args)
+                    row[b] = {"forward_ms": 1000 * fwd, "forward_backward_ms": 1000 * both, "peak_mib": mem}
+                except (RuntimeError, subprocess.CalledProcessError) as err:  # out of memory
+                    row[b] = {"unavailable": f"failed: {str(err).splitlines()[0][:120]}"}
+            rows.append(row)
+            ref = row["naive"]
+            cells = []
+            for b in BACKENDS:
+                r = row[b]
+                if "unavailable" in r:
+                    cells.append(f"{'n/a':>18} {'n/a':>18} {'n/a':>14}")
+                    continue
+                mem = r["peak_mib"]
+                mem_s = "" if mem is None else f"{mem:7.1f}" + (f" ({mem / ref['peak_mib']:.2f})" if "peak_mib" in ref and ref["peak_mib"] else "")
+                cells.append(f"{fmt(r['forward_ms'], ref.get('forward_ms')):>18} "
+                             f"{fmt(r['forward_backward_ms'], ref.get('forward_backward_ms')):>18} {mem_s:>14}")
+            print(f"{T:>6} " + " ".join(cells))
+
+    print("\n## one training step (forward, backward, AdamW), ms (speed-up over naive)")
+    steps = {}
+    for name, spec in MODELS.items():
+        steps[name] = {b: train_step_ms(name, b, args) for b in BACKENDS}
+        ref = steps[name]["naive"]
+        print(f"{name:>6} (batch {spec['batch']} × T {spec['block_size']}): "
+              + "  ".join(f"{b} {fmt(v, ref).strip()}" for b, v in steps[name].items()))
+
+    out = args.out or ROOT / "benchmarks" / "results" / f"attention-{args.device}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": args.device, "machine": machine, "torch": torch.__version__, "dtype": args.dtype,
+            "batch": args.batch, "n_embd": args.n_embd, "n_head": args.n_head, "repeats": args.repeats,
+            "threads": torch.get_num_threads()}
+    out.write_text(json.dumps({"meta": meta, "layer": rows, "train_step_ms": steps}, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.attention import (
+    BACKENDS,
+    BackendUnavailableError,
+    CausalSelfAttention,
+    check_backend,
+    flash_unavailable_reason,
+)
+
+SHAPES = [(32, 2, 16), (48, 4, 7), (24, 3, 1)]  # (n_embd, n_head, T): d_k ≠ T, n_head > 1
+
+
+def layers(n_embd, n_head, block_size=16, dropout=0.0):
+    """One layer per backend, all with the same weights."""
+    torch.manual_seed(0)
+    ref = CausalSelfAttention(n_embd, n_head, block_size, dropout, "naive")
+    out = {}
+    for b in BACKENDS:
+        layer = CausalSelfAttention(n_embd, n_head, block_size, dropout, b)
+        layer.load_state_dict(ref.state_dict())
+        out[b] = layer.eval()
+    return out
+
+
+def rel_err(a, b):
+    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+
+@pytest.mark.parametrize("n_embd, n_head, T", SHAPES)
+def test_backends_agree_in_outputs_and_gradients(n_embd, n_head, T):
+    mods = layers(n_embd, n_head)
+    x = torch.randn(3, T, n_embd)
+    results = {}
+    for b, m in mods.items():
+        xi = x.clone().requires_grad_(True)
+        y = m(xi)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        results[b] = (y, xi.grad, m.c_attn.weight.grad, m.c_proj.weight.grad)
+    for b in ("sdpa", "flash"):
+        for got, want in zip(results[b], results["naive"]):
+            assert rel_err(got, want) <= 1e-5, b
+
+
+def test_naive_backend_is_the_lesson_formula():
+    """Lesson 001 §5 per head: softmax(q kᵀ / √d_k + causal mask) v, then W_O."""
+    n_embd, n_head, T = 16, 2, 5
+    m = layers(n_embd, n_head)["naive"]
+    x = torch.randn(1, T, n_embd)
+    W_q, W_k, W_v = m.c_attn.weight.split(n_embd)  # each (n_embd, n_embd), rows = outputs
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    heads = []
+    for h in range(n_head):
+        sl = slice(h * 8, (h + 1) * 8)
+        q, k, v = x[0] @ W_q[sl].T, x[0] @ W_k[sl].T, x[0] @ W_v[sl].T  # (T, 8)
+        scores = (q @ k.T / math.sqrt(8)).masked_fill(~mask, float("-inf"))
+        heads.append(F.softmax(scores, dim=-1) @ v)
+    want = torch.cat(heads, dim=-1) @ m.c_proj.weight.T
+    torch.testing.assert_close(m(x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_causality(backend):
+    m = layers(32, 4)[backend]
+    x = torch.randn(2, 12, 32)
+    for t in (0, 5, 11):
+        x2 = x.clone()
+        x2[:, t] += torch.randn(32)
+        y, y2 = m(x), m(x2)
+        torch.testing.assert_close(y[:, :t], y2[:, :t], rtol=0, atol=0)
+        assert not torch.allclose(y[:, t:], y2[:, t:])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_weights_from_any_backend(backend):
+    mods = layers(32, 4, dropout=0.2)
+    x = torch.randn(2, 9, 32)
+    w = mods[backend].attention_weights(x)
+    assert w.shape == (2, 4, 9, 9)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 9))
+    assert (w.triu(1) == 0).all()
+    captured = {}
+    naive = mods["naive"]
+    naive.attn_dropout.register_forward_hook(lambda mod, inp, out: captured.setdefault("w", inp[0]))
+    naive(x)
+    torch.testing.assert_close(w, captured["w"], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["naive", "sdpa"])
+def test_eval_mode_ignores_dropout(backend):
+    m = layers(32, 4, dropout=0.5)[backend]
+    reference = layers(32, 4, dropout=0.0)[backend]
+    x = torch.randn(2, 10, 32)
+    torch.testing.assert_close(m(x), m(x), rtol=0, atol=0)
+    torch.testing.assert_close(m(x), reference(x), rtol=0, atol=0)
+
+
+def test_naive_dropout_zeroes_weights_and_rescales():
+    p = 0.25
+    m = layers(32, 4, block_size=64, dropout=p)["naive"].train()
+    x = torch.randn(4, 64, 32)
+    captured = {}
+    m.attn_dropout.register_forward_hook(lambda mod, inp, out: captured.update(before=inp[0], after=out))
+    m(x)
+    before, after = captured["before"], captured["after"]
+    causal = torch.ones(64, 64, dtype=torch.bool).tril().expand_as(before)
+    kept = after[causal] != 0
+    n = kept.numel()
+    dropped = 1 - kept.float().mean().item()
+    assert abs(dropped - p) < 4 * math.sqrt(p * (1 - p) / n)
+    torch.testing.assert_close(after[causal][kept], before[causal][kept] / (1 - p))
+
+
+def test_sdpa_dropout_signature():
+    """Fused dropout: outputs differ from eval, and their mean over many draws is the eval output."""
+    m = layers(16, 2, dropout=0.3)["sdpa"]
+    x = torch.randn(1, 6, 16)
+    want = m.eval()(x)
+    m.train()
+    torch.manual_seed(1)
+    draws = m(x.expand(4000, -1, -1))  # each batch row draws its own dropout mask
+    assert not torch.allclose(draws[0], want)
+    assert rel_err(draws.mean(0), want) < 0.05
+
+
+def test_flash_refusals_and_cpu_case():
+    assert flash_unavailable_reason("cpu", torch.float32, 0.0, 32) is None
+    assert "no dropout" in flash_unavailable_reason("cpu", torch.float32, 0.1, 32)
+    with pytest.raises(BackendUnavailableError, match="attention=sdpa"):
+        check_backend("flash", "cpu", torch.float32, 0.1, 32)
+    check_backend("sdpa", "cpu", torch.float32, 0.1, 32)
+    check_backend("naive", "cpu", torch.float32, 0.1, 32)
+    assert "supports cpu and cuda" in flash_unavailable_reason("mps", torch.float16, 0.0, 32)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        check_backend("fast", "cpu", torch.float32, 0.0, 32)
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        CausalSelfAttention(32, 4, 8, backend="fast")
+    with pytest.raises(ValueError, match="divisible"):
+        CausalSelfAttention(30, 4, 8)
+
+
+def test_flash_refuses_float32_on_cuda_by_rule():
+    assert "float16 or bfloat16" in flash_unavailable_reason("cuda", torch.float32, 0.0, 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("n_embd, n_head, T", [(256, 4, 128), (384, 6, 64)])
+def test_backends_agree_on_gpu_in_bf16(n_embd, n_head, T):
+    mods = {b: m.cuda() for b, m in layers(n_embd, n_head, block_size=128).items()}
+    x = torch.randn(4, T, n_embd, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        outs = {b: m(x).float() for b, m in mods.items()}
+    for b in ("sdpa", "flash"):
+        assert rel_err(outs[b], outs["naive"]) <= 2e-2

@@ -1,0 +1,35 @@
+"""The real Hydra configs compose, and their paths do not depend on the working directory."""
+import pytest
+from hydra import compose, initialize_config_dir
+
+from tests.conftest import ROOT
+
+
+def compose_train(*overrides):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+def test_paths_hang_off_the_project_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_train()
+    assert cfg.data.corpus_path == f"{ROOT}/data/corpus/tang.jsonl.xz"
+    assert cfg.callbacks.model_checkpoint.dirpath.startswith(f"{ROOT}/checkpoints/")
+    assert cfg.data.cache_dir == f"{ROOT}/data/cache"
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], {"model.name": "tiny", "attention.backend": "sdpa", "trainer.precision": "auto", "data.block_size": 64}),
+    (["model=small", "attention=flash", "trainer=gpu"],
+     {"model.n_layer": 6, "model.n_embd": 384, "attention.backend": "flash", "trainer.precision": "bf16-mixed",
+      "data.block_size": 128}),
+    (["experiment=small_gpu"], {"model.name": "small", "data.batch_size": 64, "trainer.accelerator": "gpu"}),
+    (["trainer=ddp"], {"trainer.strategy": "ddp"}),
+    (["logger=none"], {"logger": None, "callbacks.lr_monitor": None}),
+])
+def test_config_groups(overrides, expected):
+    from omegaconf import OmegaConf
+
+    cfg = compose_train(*overrides)
+    for key, value in expected.items():
+        assert OmegaConf.select(cfg, key) == value, key

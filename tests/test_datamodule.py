@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+
+from data.datamodule import PoetryDataModule, Windows, load_corpus
+from data.script import corpus_to_script, prompt_to_script
+from tests.conftest import POEMS, write_corpus
+
+
+def make_dm(corpus, tmp_path, **kw):
+    return PoetryDataModule(str(corpus), str(tmp_path / "cache"), **{"block_size": 8, "batch_size": 4, **kw})
+
+
+def test_prepare_writes_cache_with_simplified_text(tiny_corpus, tmp_path):
+    dm = make_dm(tiny_corpus, tmp_path)
+    dm.prepare_data()
+    assert {p.name for p in dm.cache_dir.iterdir()} == {"train.bin", "val.bin", "tokenizer.json", "meta.json"}
+    tok = dm.tokenizer
+    assert "头" in tok.stoi and "頭" not in tok.stoi  # OpenCC t2s applied
+    train = dm.tokens("train")
+    assert dm.meta["train"] == {"poems": 96, "tokens": int(train.size), "characters": int(train.size) - 192}
+    first = tok.decode(train[: len(POEMS[0]) + 2].tolist(), skip_specials=False)
+    assert first == "<bos>床前明月光，疑是地上霜。举头望明月，低头思故乡。<eos>"
+    assert dm.meta["val"]["poems"] == 24
+
+
+def test_cache_is_reused_and_rebuilt_on_change(tiny_corpus, tmp_path):
+    dm = make_dm(tiny_corpus, tmp_path)
+    dm.prepare_data()
+    stamp = (dm.cache_dir / "train.bin").stat().st_mtime_ns
+    again = make_dm(tiny_corpus, tmp_path)
+    again.prepare_data()
+    assert again.cache_dir == dm.cache_dir and (dm.cache_dir / "train.bin").stat().st_mtime_ns == stamp
+    assert make_dm(tiny_corpus, tmp_path, script="traditional").cache_dir != dm.cache_dir
+    write_corpus(tiny_corpus, POEMS[:3])
+    assert make_dm(tiny_corpus, tmp_path).cache_dir != dm.cache_dir
+
+
+def test_traditional_script_keeps_the_corpus_text(tiny_corpus, tmp_path):
+    dm = make_dm(tiny_corpus, tmp_path, script="traditional")
+    assert "頭" in dm.tokenizer.stoi and "头" not in dm.tokenizer.stoi
+
+
+def test_windows_are_shifted_pairs():
+    tokens = np.arange(50, dtype=np.uint16)
+    train = Windows(tokens, 8, random_offsets=True)
+    x, y = train[3]
+    assert x.dtype == torch.int64 and x.shape == (8,) and torch.equal(y, x + 1) and x[0] == 3
+    assert len(train) == 50 - 8
+    val = Windows(tokens, 8, random_offsets=False)
+    assert len(val) == 6 and val[1][0][0] == 8 and val[5][1][-1] == 48
+    with pytest.raises(ValueError, match="cannot fill"):
+        Windows(tokens[:8], 8, random_offsets=False)
+
+
+def test_dataloaders_serve_batches(tiny_corpus, tmp_path):
+    dm = make_dm(tiny_corpus, tmp_path)
+    dm.prepare_data()
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == y.shape == (4, 8)
+    assert sum(xb.numel() for xb, _ in dm.val_dataloader()) == len(dm.val_set) * 8
+
+
+def test_missing_corpus_and_bad_script_are_explained(tmp_path):
+    with pytest.raises(FileNotFoundError, match="build_corpus.py"):
+        load_corpus(tmp_path / "missing.jsonl.xz")
+    with pytest.raises(FileNotFoundError, match="build_corpus.py"):
+        make_dm(tmp_path / "missing.jsonl.xz", tmp_path).prepare_data()
+    with pytest.raises(ValueError, match="script"):
+        make_dm(tmp_path / "x", tmp_path, script="cursive")
+
+
+def test_script_conversion_of_corpus_and_prompts():
+    assert corpus_to_script(["舉頭望明月"], "simplified") == ["举头望明月"]
+    assert corpus_to_script(["舉頭望明月"], "traditional") == ["舉頭望明月"]
+    assert prompt_to_script("举头望明月，", "traditional") == "舉頭望明月，"
+    assert prompt_to_script("舉頭望明月，", "simplified") == "举头望明月，"
+    with pytest.raises(ValueError):
+        prompt_to_script("月", "latin")

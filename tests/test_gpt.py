@@ -1,0 +1,67 @@
+import math
+
+import pytest
+import torch
+
+from model.gpt import GPT, GPTConfig
+
+
+def tiny(**kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**{"vocab_size": 50, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32, **kw})).eval()
+
+
+def test_forward_shapes_and_initial_loss():
+    m = tiny()
+    idx, targets = torch.randint(0, 50, (2, 3, 10))
+    logits, loss = m(idx, targets)
+    assert logits.shape == (3, 10, 50)
+    assert abs(loss.item() - math.log(50)) < 0.1  # GPT-2 init: near-uniform predictions
+    assert m(idx)[1] is None
+    assert m.lm_head.weight is m.wte.weight
+    std = m.blocks[0].attn.c_proj.weight.std().item()
+    assert abs(std - 0.02 / math.sqrt(4)) < 0.003
+
+
+def test_too_long_input_is_refused():
+    with pytest.raises(ValueError, match="block_size"):
+        tiny()(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("backend", ["naive", "sdpa", "flash"])
+def test_backends_give_the_same_model(backend):
+    idx = torch.randint(0, 50, (2, 16))
+    torch.testing.assert_close(tiny(attention=backend)(idx)[0], tiny(attention="naive")(idx)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_maps_per_layer():
+    maps = tiny(n_layer=3).attention_maps(torch.randint(0, 50, (2, 7)))
+    assert len(maps) == 3 and all(m.shape == (2, 2, 7, 7) for m in maps)
+    assert all(torch.allclose(m.sum(-1), torch.ones(2, 2, 7)) for m in maps)
+
+
+def test_generate_crops_context_and_stops_at_eos():
+    m = tiny()
+    start = torch.zeros(2, 14, dtype=torch.long)
+    out = m.generate(start, max_new_tokens=10, temperature=0)  # runs past block_size=16
+    assert out.shape == (2, 24) and torch.equal(out[:, :14], start)
+    greedy = m.generate(start, max_new_tokens=10, temperature=0)
+    assert torch.equal(out, greedy)
+    assert torch.equal(m.generate(start, 10, temperature=1.0, top_k=1), greedy)
+    eos = int(out[0, 14])  # the first greedy token: every row stops right after it
+    stopped = m.generate(start, max_new_tokens=10, temperature=0, eos_id=eos)
+    assert stopped.shape == (2, 15) and (stopped[:, -1] == eos).all()
+
+
+def test_generate_is_seeded():
+    m = tiny()
+    start = torch.zeros(4, 1, dtype=torch.long)
+    a = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
+    b = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
+    c = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert m.generate(start, 3, top_k=10_000).shape == (4, 4)  # top_k clamped to the vocabulary
+    with pytest.raises(ValueError, match="temperature"):
+        m.generate(start, 3, temperature=-1)
+    with pytest.raises(ValueError, match="top_k"):
+        m.generate(start, 3, top_k=0)

@@ -1,0 +1,89 @@
+"""End to end on a tiny model and corpus: train.py's `train`, then sample.py's `sample`."""
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import sample as sample_script
+import train as train_script
+from model.attention import BackendUnavailableError
+from tests.conftest import make_train_cfg, write_corpus
+from tests.wandb_records import history
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny training run shared by the tests of this module."""
+    tmp_path = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as mp:
+        cfg = make_train_cfg(tmp_path, write_corpus(tmp_path / "corpus" / "tang.jsonl.xz"), mp)()
+        metrics = train_script.train(cfg)
+    return cfg, metrics, tmp_path
+
+
+def test_training_lowers_the_loss_and_writes_checkpoints(trained):
+    cfg, metrics, tmp_path = trained
+    ckpt_dir = tmp_path / "checkpoints" / "test"
+    assert (ckpt_dir / "last.ckpt").is_file()
+    assert len(list(ckpt_dir.glob("best-step*.ckpt"))) == 1
+    rows = history(next((tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")))
+    val = [r["val/loss"] for r in rows if "val/loss" in r]
+    train_losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert len(val) == 2 and val[-1] < val[0] - 0.1
+    assert train_losses[-1] < train_losses[0] - 0.5
+    bpc = [r["val/bpc"] for r in rows if "val/bpc" in r]
+    assert bpc[-1] > val[-1] / 0.6932  # more bits per character than per token: <eos> costs nats, not characters
+    assert any("lr-AdamW" in k for r in rows for k in r)
+    assert any("train/tokens_per_sec" in r and r["train/tokens_per_sec"] > 0 for r in rows)
+    assert metrics["val/loss"] == pytest.approx(val[-1], rel=1e-5)
+
+
+def test_wandb_offline_run_holds_attention_maps_and_samples(trained):
+    _, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    images = sorted((run / "files" / "media" / "images" / "attention").glob("layer*.png"))
+    assert len(images) == 2 * 2  # two layers, two validations
+    assert all(p.stat().st_size > 5000 for p in images)
+    assert len(list((run / "files" / "media" / "table").glob("samples_*.table.json"))) == 2
+    logged = [f for r in history(run) if "attention/layer1" in r for f in r["attention/layer1"]["filenames"]]
+    assert len(logged) == 2 and all((run / "files" / f).is_file() for f in logged)
+    assert sorted(p.name for p in (tmp_path / "logs" / "test" / "attention").glob("*.png"))[0] == "step000020_layer0.png"
+
+
+def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
+    cfg, _, tmp_path = trained
+    ckpt = tmp_path / "checkpoints" / "test" / "last.ckpt"
+    scfg = OmegaConf.load(train_script.rootutils.find_root(indicator=".project-root") / "conf" / "sample.yaml")
+    scfg = OmegaConf.merge(scfg, {"ckpt_path": str(ckpt), "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")},
+                                  "num_samples": 3, "max_new_tokens": 30, "prompt": "舉頭"})
+    del scfg["defaults"], scfg["hydra"]
+    monkeypatch.setattr(train_script, "train", None)  # sampling must not need the training code path
+    (tmp_path / "cache").rename(tmp_path / "cache-moved")  # nor the prepared data
+    poems = sample_script.sample(scfg)
+    assert len(poems) == 3 and all(p.startswith("举头") for p in poems)  # prompt converted to simplified
+    assert sample_script.sample(scfg) == poems  # same seed, same poems
+    scfg.ckpt_path = None
+    assert sample_script.sample(scfg) == poems  # default: the newest last.ckpt
+    scfg.prompt = "床前ABC"
+    with pytest.raises(ValueError, match="ABC"):
+        sample_script.sample(scfg)
+
+
+@pytest.mark.parametrize("backend", ["naive", "flash"])
+def test_other_backends_train(train_cfg, backend):
+    metrics = train_script.train(train_cfg(f"attention={backend}", "trainer.max_steps=4", "trainer.val_check_interval=4",
+                                           "logger=none", "~callbacks.samples"))
+    assert torch.isfinite(torch.tensor(metrics["val/loss"]))
+
+
+def test_flash_with_dropout_on_cpu_stops_before_any_work(train_cfg, tmp_path):
+    cfg = train_cfg("attention=flash", "model.dropout=0.1", "logger=none")
+    with pytest.raises(BackendUnavailableError, match="attention=sdpa"):
+        train_script.train(cfg)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
+    ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
+    cfg = train_cfg("data.script=traditional", "logger=none", f"ckpt_path={ckpt}")
+    with pytest.raises(ValueError, match="another vocabulary"):
+        train_script.train(cfg)
