@@ -5,8 +5,8 @@
 
 For each backend that can run here, each sequence length T and each dropout: the median
 time of forward and of forward+backward of one `CausalSelfAttention` layer in training
-mode (warm-up first), and its peak memory (CPU: each case in a fresh process, peak RSS
-above that process's baseline; GPU: the CUDA allocator's peak). Then one full training step
+mode (warm-up first), and its peak memory (CPU: each case in a fresh process, the growth of its
+peak RSS, VmHWM; GPU: the CUDA allocator's peak). Then one full training step
 (forward, backward, AdamW) of the `tiny` and `small` models per backend. Prints tables with
 ratios to `naive` and writes everything to a JSON file.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from model.gpt import GPT, GPTConfig  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MODELS = {  # the conf/model sizes, with the vocabulary of the shipped corpus
-    "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    "tiny": dict(n_layer=4, n_head=4, n_embd=96, block_size=64, batch=8),
     "small": dict(n_layer=6, n_head=6, n_embd=384, block_size=128, batch=16),
 }
 VOCAB = 8164
@@ -93,12 +92,21 @@ def peak_memory_mb(backend, T, dropout, args) -> float:
     return float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
 
 
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status (Linux only)")
+
+
 def memory_case(backend, T, dropout, args) -> None:
-    """Child process: print the RSS growth (MiB) of one forward+backward."""
+    """Child process: print the peak RSS growth (MiB) of one forward+backward. Writing 5 to
+    /proc/self/clear_refs resets the peak (VmHWM) to the current RSS (Linux ≥ 4.0)."""
     layer, x = layer_case(backend, T, dropout, args)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_kib("VmRSS")
     fwd_bwd(layer, x)
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    print((_status_kib("VmHWM") - before) / 1024)
 
 
 def train_step_ms(name, backend, args) -> float | str:
