@@ -14,12 +14,12 @@ import rootutils
 import torch
 from omegaconf import DictConfig
 
-ROOT = rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
+rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.poetry import LINE_END  # noqa: E402
 from data.script import prompt_to_script  # noqa: E402
 from model.lit import load_for_inference  # noqa: E402
-from model.runtime import check_attention_backend_on, quote_non_ascii_overrides  # noqa: E402
+from model.runtime import check_attention_backend_on, exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path:
@@ -60,6 +60,7 @@ def sample(cfg: DictConfig) -> list[str]:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sample")
+@exit_on_user_error
 def main(cfg: DictConfig) -> None:
     poems = sample(cfg)
     for poem in poems:

@@ -20,6 +20,7 @@ from data.tokenizer import CharTokenizer  # noqa: E402
 from model.lit import LitGPT  # noqa: E402
 from model.runtime import (  # noqa: E402
     check_attention_backend,
+    exit_on_user_error,
     instantiate_loggers,
     quote_non_ascii_overrides,
     resolve_precision,
@@ -62,6 +63,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@exit_on_user_error
 def main(cfg: DictConfig) -> None:
     train(cfg)
 

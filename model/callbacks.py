@@ -53,6 +53,10 @@ class AttentionMapLogger(L.Callback):
         self.probe_text, self.every = probe_text, every_n_validations
         self._count = 0
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Encode the probe once before training, so an unknown character stops the run now."""
+        _encode_probe(pl_module, self.probe_text)
+
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

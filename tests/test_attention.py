@@ -12,7 +12,7 @@ from model.attention import (
     flash_unavailable_reason,
 )
 
-SHAPES = [(32, 2, 16), (48, 4, 7), (24, 3, 1)]  # (n_embd, n_head, T): d_k ≠ T, n_head > 1
+SHAPES = [(64, 2, 16), (48, 4, 7), (24, 3, 1)]  # (n_embd, n_head, T = 16 = block_size, 7, 1): d_k ≠ T, n_head > 1
 
 
 def layers(n_embd, n_head, block_size=16, dropout=0.0):
@@ -144,8 +144,14 @@ def test_flash_refusals_and_cpu_case():
         CausalSelfAttention(30, 4, 8)
 
 
-def test_flash_refuses_float32_on_cuda_by_rule():
+def test_flash_refusals_on_cuda_by_rule(monkeypatch):
+    """The CUDA rules answer before any CUDA call, so they are testable without a GPU."""
     assert "float16 or bfloat16" in flash_unavailable_reason("cuda", torch.float32, 0.0, 32)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    assert "compute capability 8.0" in flash_unavailable_reason("cuda", torch.bfloat16, 0.0, 32)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert "multiple of 8" in flash_unavailable_reason("cuda", torch.bfloat16, 0.0, 12)
+    assert "at most 256" in flash_unavailable_reason("cuda", torch.bfloat16, 0.0, 512)
 
 
 @pytest.mark.gpu
@@ -158,3 +164,12 @@ def test_backends_agree_on_gpu_in_bf16(n_embd, n_head, T):
         outs = {b: m(x).float() for b, m in mods.items()}
     for b in ("sdpa", "flash"):
         assert rel_err(outs[b], outs["naive"]) <= 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_flash_runs_on_cuda_in_bf16_with_dropout_and_refuses_float32():
+    if torch.cuda.get_device_capability() >= (8, 0):
+        assert flash_unavailable_reason("cuda", torch.bfloat16, 0.1, 64) is None
+    with pytest.raises(BackendUnavailableError, match="bfloat16"):
+        check_backend("flash", "cuda", torch.float32, 0.0, 64)

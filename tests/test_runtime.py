@@ -43,3 +43,19 @@ def test_sample_helpers(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "last.ckpt").write_text("")
     assert latest_checkpoint(tmp_path) == tmp_path / "a" / "last.ckpt"
+
+
+def test_user_errors_end_in_one_line_without_traceback():
+    from model.attention import BackendUnavailableError
+    from model.runtime import exit_on_user_error
+
+    @exit_on_user_error
+    def entry(err):
+        raise err
+
+    for err in (ValueError("bad prompt"), FileNotFoundError("no corpus"), BackendUnavailableError("no flash")):
+        with pytest.raises(SystemExit) as stop:
+            entry(err)
+        assert stop.value.code == f"error: {err}"
+    with pytest.raises(KeyError):  # a bug is still a traceback
+        entry(KeyError("bug"))

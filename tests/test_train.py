@@ -87,3 +87,15 @@ def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
     cfg = train_cfg("data.script=traditional", "logger=none", f"ckpt_path={ckpt}")
     with pytest.raises(ValueError, match="another vocabulary"):
         train_script.train(cfg)
+
+
+def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monkeypatch):
+    from model.lit import LitGPT
+
+    def no_training(*args):
+        raise AssertionError("a training step ran before the probe line was checked")
+
+    monkeypatch.setattr(LitGPT, "training_step", no_training)
+    cfg = train_cfg("callbacks.attention_maps.probe_text='床前ABC'", "logger=none", "trainer.num_sanity_val_steps=0")
+    with pytest.raises(ValueError, match="ABC"):
+        train_script.train(cfg)
