@@ -1,7 +1,7 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
 Options (conf/sample.yaml): prompt, num_samples, max_new_tokens, temperature, top_k, seed,
-device, attention, format. The same seed and options give the same poems.
+device, backend, format. The same seed and options give the same poems.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 from data.poetry import LINE_END  # noqa: E402
 from data.script import prompt_to_script  # noqa: E402
 from model.lit import load_for_inference  # noqa: E402
-from model.runtime import check_attention_backend_on, exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.attention import check_backend  # noqa: E402
+from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path:
@@ -48,9 +49,9 @@ def sample(cfg: DictConfig) -> list[str]:
         raise ValueError(f"temperature must be ≥ 0, got {cfg.temperature}")
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    lit = load_for_inference(ckpt, device, cfg.attention)
+    lit = load_for_inference(ckpt, device, cfg.backend)
     gpt, tok = lit.gpt, lit.tokenizer
-    check_attention_backend_on(device, torch.float32, gpt.cfg)
+    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)  # eval: no dropout
     prompt = prompt_to_script(cfg.prompt, lit.hparams.script)
     ids = tok.encode(prompt, bos=True)  # raises, listing unknown characters, before any generation
     gen = torch.Generator(device=device).manual_seed(cfg.seed)

@@ -121,11 +121,13 @@ class PoetryDataModule(L.LightningDataModule):
 
     @cached_property
     def tokenizer(self) -> CharTokenizer:
+        """The vocabulary of the prepared arrays (prepares them first if needed)."""
         self.prepare_data()
         return CharTokenizer.load(self.cache_dir / "tokenizer.json")
 
     @cached_property
     def meta(self) -> dict:
+        """Counts of the prepared arrays: script, vocab_size, and per split poems, tokens, characters."""
         self.prepare_data()
         return json.loads((self.cache_dir / "meta.json").read_text())
 
@@ -134,13 +136,16 @@ class PoetryDataModule(L.LightningDataModule):
         return np.memmap(self.cache_dir / f"{split}.bin", dtype=np.uint16, mode="r")
 
     def setup(self, stage: str | None = None) -> None:
+        """Open the memory-mapped arrays: random-offset training windows, non-overlapping validation windows."""
         self.train_set = Windows(self.tokens("train"), self.block_size, random_offsets=True)
         self.val_set = Windows(self.tokens("val"), self.block_size, random_offsets=False)
 
     def train_dataloader(self) -> DataLoader:
+        """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`."""
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
+        """Every validation window once, in order, `4 · batch_size` windows per batch."""
         return DataLoader(self.val_set, batch_size=self.batch_size * 4, shuffle=False,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -51,6 +51,7 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids: the characters plus `<bos>` and `<eos>`."""
         return len(self.itos)
 
     def unknown(self, text: str) -> list[str]:
@@ -94,8 +95,10 @@ class CharTokenizer:
         return tok
 
     def save(self, path: str | Path) -> None:
+        """Write the state as UTF-8 JSON to `path`."""
         Path(path).write_text(json.dumps(self.state_dict(), ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
+        """Read a tokenizer written by `save`. raises ValueError if it is not a character tokenizer."""
         return cls.from_state_dict(json.loads(Path(path).read_text()))

@@ -19,6 +19,7 @@ from model.attention import CausalSelfAttention
 
 @dataclass
 class GPTConfig:
+    """Model shape and options; `vocab_size` comes from the tokenizer, the rest from conf/model."""
     vocab_size: int
     block_size: int = 64  # longest context T
     n_layer: int = 4
@@ -33,6 +34,7 @@ class GPTConfig:
 
 
 class MLP(nn.Module):
+    """Position-wise feed-forward network: Linear(n_embd → 4·n_embd), GELU, Linear back, dropout."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
@@ -44,6 +46,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-LayerNorm Transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x))."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)

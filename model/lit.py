@@ -33,9 +33,11 @@ class LitGPT(L.LightningModule):
         self._last_step_time: float | None = None
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
         return self.gpt(idx, targets)
 
     def training_step(self, batch, batch_idx):
+        """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`."""
         x, y = batch  # (B, T), (B, T)
         _, loss = self.gpt(x, y)
         self.log("train/loss", loss, prog_bar=True)
@@ -49,6 +51,7 @@ class LitGPT(L.LightningModule):
         self._last_step_time = None  # validation time is not training throughput
 
     def validation_step(self, batch, batch_idx):
+        """Logs `val/loss` (mean nats per token) and accumulates nats and characters for `val/bpc`."""
         x, y = batch
         logits, loss = self.gpt(x, y)  # logits (B, T, vocab_size)
         self.log("val/loss", loss, prog_bar=True, batch_size=x.size(0), sync_dist=True)
@@ -56,6 +59,7 @@ class LitGPT(L.LightningModule):
         self.val_chars.update((y >= len(SPECIALS)).sum())
 
     def on_validation_epoch_end(self) -> None:
+        """Logs `val/bpc` = total nats ÷ poem characters ÷ ln 2, summed over all ranks."""
         bpc = self.val_nats.compute() / self.val_chars.compute() / math.log(2)
         self.log("val/bpc", bpc, prog_bar=True)
         self.val_nats.reset()

@@ -97,7 +97,3 @@ def check_attention_backend(trainer, backend: str, dropout: float, d_k: int) -> 
     device_type = trainer.strategy.root_device.type
     check_backend(backend, device_type, compute_dtype(str(trainer.precision)), dropout, d_k)
 
-
-def check_attention_backend_on(device: str, dtype: torch.dtype, gpt_cfg) -> None:
-    """The same check for inference (eval mode, so no dropout) of a GPTConfig on `device`."""
-    check_backend(gpt_cfg.attention, torch.device(device).type, dtype, 0.0, gpt_cfg.n_embd // gpt_cfg.n_head)

@@ -61,6 +61,9 @@ def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     poems = sample_script.sample(scfg)
     assert len(poems) == 3 and all(p.startswith("举头") for p in poems)  # prompt converted to simplified
     assert sample_script.sample(scfg) == poems  # same seed, same poems
+    scfg.backend = "naive"
+    assert sample_script.sample(scfg) == poems  # another backend, the same model
+    scfg.backend = None
     scfg.ckpt_path = None
     assert sample_script.sample(scfg) == poems  # default: the newest last.ckpt
     scfg.prompt = "床前ABC"
