@@ -1,26 +1,29 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml): prompt, num_samples, max_new_tokens, temperature, top_k, seed,
-device, backend, format. The same seed and options give the same poems.
+Options (conf/sample.yaml): prompt, form, acrostic, rhyme, num_samples, max_new_tokens,
+temperature, top_k, top_p, repetition_penalty, seed, use_cache, device, backend, format.
+The same seed and options give the same poems.
 """
 from __future__ import annotations
 
-import sys
 import json
+import sys
 from pathlib import Path
 
 import hydra
 import rootutils
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.poetry import LINE_END  # noqa: E402
-from data.script import prompt_to_script  # noqa: E402
-from model.lit import load_for_inference  # noqa: E402
 from model.attention import check_backend  # noqa: E402
+from model.lit import load_for_inference  # noqa: E402
 from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.sampler import SamplingOptions, stream_poems  # noqa: E402
+
+OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path:
@@ -32,44 +35,55 @@ def latest_checkpoint(checkpoint_dir: Path) -> Path:
     return found[-1]
 
 
+def break_couplets(text: str) -> str:
+    """A line break after each sentence-final mark (。？！；): one couplet per line."""
+    return "".join(c + "\n" if c in LINE_END[1:] else c for c in text)
+
+
 def as_lines(poem: str) -> str:
-    """Break a poem after each sentence-final mark (。？！；), one couplet per line."""
-    for mark in LINE_END[1:]:
-        poem = poem.replace(mark, mark + "\n")
-    return poem.strip()
+    """A poem printed one couplet per line, without trailing line break."""
+    return break_couplets(poem).strip()
 
 
-def sample(cfg: DictConfig) -> list[str]:
-    """Generate `cfg.num_samples` poems; returns them as plain text (no line breaks added).
+def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
+    """Generate `cfg.num_samples` poems, print them in `cfg.format`, return them as plain text.
 
-    raises FileNotFoundError (no checkpoint), UnknownCharactersError (prompt characters outside
-    the vocabulary), BackendUnavailableError, ValueError (bad temperature / top_k).
+    A single poem in text format is printed as it is generated. raises FileNotFoundError (no
+    checkpoint), ValueError (bad options, a prompt or acrostic outside the vocabulary or not
+    fitting the form), BackendUnavailableError — all before any generation.
     """
-    if cfg.temperature < 0:
-        raise ValueError(f"temperature must be ≥ 0, got {cfg.temperature}")
+    opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
     lit = load_for_inference(ckpt, device, cfg.backend)
     gpt, tok = lit.gpt, lit.tokenizer
-    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)  # eval: no dropout
-    prompt = prompt_to_script(cfg.prompt, lit.hparams.script)
-    ids = tok.encode(prompt, bos=True)  # raises, listing unknown characters, before any generation
-    gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    start = torch.tensor([ids] * cfg.num_samples, device=device)  # (num_samples, T0)
-    out = gpt.generate(start, cfg.max_new_tokens, cfg.temperature, cfg.top_k, eos_id=tok.eos_id, generator=gen)
-    return [tok.decode(row.tolist()) for row in out]
+    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    start, steps = stream_poems(lit, opts)
+    live = cfg.format == "text" and opts.num_samples == 1
+    if live:
+        print(break_couplets(tok.decode(start[0].tolist())), end="", file=out, flush=True)
+    tokens = [start]
+    for nxt in steps:
+        tokens.append(nxt)
+        if live:
+            print(break_couplets(tok.decode(nxt[0].tolist())), end="", file=out, flush=True)
+    poems = [tok.decode(row.tolist()) for row in torch.cat(tokens, dim=1)]
+    settings = {"ckpt_path": str(ckpt), **OmegaConf.to_container(cfg, resolve=True)}
+    settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS)}
+    for i, poem in enumerate(poems):
+        if cfg.format == "jsonl":
+            print(json.dumps({"poem": poem, "index": i, **settings}, ensure_ascii=False), file=out)
+        elif not live:
+            print(as_lines(poem), end="\n\n", file=out)
+    if live:
+        print("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n", file=out)
+    return poems
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sample")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    poems = sample(cfg)
-    for poem in poems:
-        if cfg.format == "jsonl":
-            settings = {k: cfg[k] for k in ("ckpt_path", "prompt", "temperature", "top_k", "seed", "max_new_tokens")}
-            print(json.dumps({"poem": poem, **settings}, ensure_ascii=False))
-        else:
-            print(as_lines(poem), end="\n\n")
+    sample(cfg)
 
 
 if __name__ == "__main__":

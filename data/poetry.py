@@ -6,6 +6,7 @@ rule is written once. All functions work on either script (traditional or simpli
 from __future__ import annotations
 
 import re
+import unicodedata
 
 LINE_END = "，。？！；"
 """A line (句) ends at one of these full-width marks."""
@@ -39,6 +40,12 @@ def bad_characters(text: str) -> set[str]:
     `〖〗`, `「」《》`, stray `/` and `●`, ideographic description characters (`⿰`…),
     digits, Latin letters and private-use code points."""
     return set(_BAD.findall(text))
+
+
+def is_hanzi(c: str) -> bool:
+    """Whether c is one character that can stand in a line: a CJK ideograph (Unicode category
+    Lo), not punctuation, not a `<bos>`-like special token."""
+    return len(c) == 1 and unicodedata.category(c) == "Lo"
 
 
 def split_lines(text: str) -> list[str]:

@@ -11,6 +11,8 @@ from functools import lru_cache
 SCRIPTS = ("simplified", "traditional")
 _CORPUS = {"simplified": "t2s", "traditional": None}  # the corpus is traditional already
 _PROMPT = {"simplified": "t2s", "traditional": "s2t"}
+_REFERENCE = {"simplified": "t2s", "traditional": "tw2t"}  # Taiwan-standard glyphs → the corpus's
+_VARIANTS = ("t2s", "s2t", "tw2t", "hk2t", "jp2t", "t2tw", "t2hk", "tw2s", "hk2s")
 
 
 @lru_cache(maxsize=None)
@@ -39,3 +41,17 @@ def prompt_to_script(text: str, script: str) -> str:
     is kept. raises ValueError for an unknown script."""
     _check(script)
     return _converter(_PROMPT[script]).convert(text)
+
+
+def reference_to_script(text: str, script: str) -> str:
+    """Text in the Taiwan-standard glyphs of reference tables (為, 床) → `script`'s glyphs:
+    OpenCC `t2s` for simplified, `tw2t` for the corpus's traditional (爲, 牀).
+    raises ValueError for an unknown script."""
+    _check(script)
+    return _converter(_REFERENCE[script]).convert(text)
+
+
+def variants(char: str) -> set[str]:
+    """Other glyphs OpenCC gives for `char` (simplified, traditional, Taiwan, Hong Kong and
+    Japanese standards), without `char` itself: `爲` → {`为`, `為`}."""
+    return {_converter(config).convert(char) for config in _VARIANTS} - {char}

@@ -16,13 +16,14 @@ SPECIALS = (BOS, EOS)
 class UnknownCharactersError(ValueError):
     """Raised when text holds characters outside the vocabulary; `.unknown` lists them."""
 
-    def __init__(self, unknown: list[str]):
+    def __init__(self, unknown: list[str], hint: str = ""):
         self.unknown = unknown
         shown = "".join(unknown[:50]) + ("…" if len(unknown) > 50 else "")
         super().__init__(
             f"{len(unknown)} character(s) are not in the model's vocabulary: {shown} "
             f"({', '.join(f'U+{ord(c):04X}' for c in unknown[:10])}). "
             "Remove or replace them; the vocabulary is the training corpus's characters."
+            + (f" {hint}" if hint else "")
         )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -75,6 +76,35 @@ def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: f
         raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
 
 
+@dataclass
+class KVCache:
+    """Keys and values of the positions one attention layer has already seen (for decoding).
+
+    k, v: (B, n_head, block_size, d_k), filled up to `length`. Appending the new positions'
+    keys and values lets each decoding step compute q, k, v for the new token only, instead
+    of for the whole context again (the "KV cache" of Transformer inference).
+    """
+    k: torch.Tensor
+    v: torch.Tensor
+    length: int = 0
+
+    @classmethod
+    def empty(cls, batch_size: int, n_head: int, block_size: int, d_k: int,
+              device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "KVCache":
+        shape = (batch_size, n_head, block_size, d_k)
+        return cls(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: (B, n_head, T, d_k) of the next T positions → all keys and values so far,
+        (B, n_head, length + T, d_k). raises ValueError if the cache would pass block_size."""
+        start, end = self.length, self.length + k.size(2)
+        if end > self.k.size(2):
+            raise ValueError(f"KV cache holds {self.k.size(2)} positions (block_size); cannot add up to {end}")
+        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention.
 
@@ -108,24 +138,45 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
         return q, k, v
 
-    def _weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        T = q.size(-2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, n_head, T, T)
-        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # future → -inf
-        return F.softmax(scores, dim=-1)  # (B, n_head, T, T), rows sum to 1
+    def _causal_mask(self, T: int, L: int) -> torch.Tensor:
+        """(T, L) bool, True where allowed: the T queries are the last T of the L positions.
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, n_embd) float, T ≤ block_size → (B, T, n_embd)."""
+        With a KV cache the queries (the new positions) are fewer than the keys; their mask
+        is the bottom rows of the full causal mask, not the top-left corner.
+        """
+        return self.mask[L - T:L, :L]
+
+    def _weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        T, L = q.size(-2), k.size(-2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, n_head, T, L)
+        scores = scores.masked_fill(~self._causal_mask(T, L), float("-inf"))  # future → -inf
+        return F.softmax(scores, dim=-1)  # (B, n_head, T, L), rows sum to 1
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x: (B, T, n_embd) float → (B, T, n_embd).
+
+        cache: the keys and values of the positions before x (decoding), extended in place
+        with x's; x's positions follow them. Without it, x starts at position 0. The total
+        length must stay ≤ block_size. The flash backend extends a non-empty cache one
+        token at a time only (its kernel takes no explicit mask).
+        """
         B, T, C = x.shape
         q, k, v = self._qkv(x)  # each (B, n_head, T, d_k)
+        if cache is not None:
+            k, v = cache.append(k, v)  # each (B, n_head, L, d_k), L = positions so far
+        L = k.size(2)
         if self.backend == "naive":
-            weights = self.attn_dropout(self._weights(q, k))  # (B, n_head, T, T)
+            weights = self.attn_dropout(self._weights(q, k))  # (B, n_head, T, L)
             y = weights @ v  # (B, n_head, T, d_k)
         else:
             p = self.dropout if self.training else 0.0  # never drop in eval
+            # is_causal aligns its mask top-left, right only when T == L; one new token may
+            # see every cached key; otherwise pass the bottom rows of the causal mask
+            mask = None if T in (1, L) else self._causal_mask(T, L)
             kernel = sdpa_kernel(SDPBackend.FLASH_ATTENTION) if self.backend == "flash" else nullcontext()
             with kernel:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, n_head, T, d_k)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                   is_causal=T == L and T > 1)  # (B, n_head, T, d_k)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # merge heads: (B, T, n_embd)
         return self.resid_dropout(self.c_proj(y))  # (B, T, n_embd)
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import CausalSelfAttention
+from model.attention import CausalSelfAttention, KVCache
+from model.sampling import LogitsProcessor, check_sampling_args, next_token
 
 
 @dataclass
@@ -54,9 +56,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, n_embd) → (B, T, n_embd)
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache)  # (B, T, n_embd)
+        return x + self.mlp(self.ln_2(x))  # (B, T, n_embd)
 
 
 class GPT(nn.Module):
@@ -89,22 +91,29 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.wpe.weight.numel() if non_embedding else n
 
-    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         B, T = idx.shape
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
-        pos = torch.arange(T, device=idx.device)  # (T,)
+        if start + T > self.cfg.block_size:
+            raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, n_embd)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx: (B, T) int64 token ids, T ≤ block_size; targets: (B, T) int64 or None.
+    def new_cache(self, batch_size: int) -> list[KVCache]:
+        """An empty KV cache per layer, for `forward(..., cache=)`, on the model's device and dtype."""
+        w = self.wte.weight
+        return [KVCache.empty(batch_size, self.cfg.n_head, self.cfg.block_size, self.cfg.n_embd // self.cfg.n_head,
+                              w.device, w.dtype) for _ in self.blocks]
 
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None):
+        """idx: (B, T) int64 token ids; targets: (B, T) int64 or None.
+
+        cache: from `new_cache`; idx continues the positions it holds (and is added to it).
         returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
-        token, or None without targets). raises ValueError if T > block_size.
+        token, or None without targets). raises ValueError if the positions pass block_size.
         """
-        x = self._embed(idx)  # (B, T, n_embd)
-        for block in self.blocks:
-            x = block(x)  # (B, T, n_embd)
+        x = self._embed(idx, cache[0].length if cache else 0)  # (B, T, n_embd)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache else None)  # (B, T, n_embd)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
         loss = None
         if targets is not None:
@@ -127,36 +136,57 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, eos_id: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 top_k: int | None = None, top_p: float | None = None, eos_id: int | None = None,
+                 generator: torch.Generator | None = None, use_cache: bool = True,
+                 processors: Sequence[LogitsProcessor] = ()) -> torch.Tensor:
         """Sample continuations of idx: (B, T0) int64 → (B, T0 + n) with n ≤ max_new_tokens.
 
-        Each step feeds the last `block_size` tokens (the context is cropped, so any
-        length works). temperature 0 is greedy; top_k keeps the k likeliest tokens (clamped
-        to the vocabulary). Stops early once every row has produced `eos_id`; rows that
-        ended are padded with eos_id. raises ValueError for temperature < 0 or top_k < 1.
+        Rows that ended are padded with eos_id; see `generate_stream` for the arguments.
         """
-        if temperature < 0:
-            raise ValueError(f"temperature must be ≥ 0, got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be ≥ 1, got {top_k}")
+        return torch.cat([idx, *self.generate_stream(idx, max_new_tokens, temperature, top_k, top_p, eos_id,
+                                                     generator, use_cache, processors)], dim=1)
+
+    @torch.no_grad()
+    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: int | None = None, top_p: float | None = None, eos_id: int | None = None,
+                        generator: torch.Generator | None = None, use_cache: bool = True,
+                        processors: Sequence[LogitsProcessor] = ()) -> Iterator[torch.Tensor]:
+        """Yield the next token of every row, (B, 1) int64, up to max_new_tokens times.
+
+        idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
+        use_cache (default) each step feeds only the new token and reuses the keys and values
+        of the earlier ones (KV cache); when the cache is full it is re-filled with the last
+        block_size // 2 tokens. Without it every step recomputes the last block_size tokens.
+        Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) →
+        `model.sampling.next_token` (temperature 0 = greedy, top_k, top_p). Stops once every
+        row has produced eos_id; a row that ended gets eos_id. `generator` seeds the draws.
+        raises ValueError for a bad temperature / top_k / top_p, non-finite logits, or a step
+        where the processors allow no token.
+        """
+        check_sampling_args(temperature, top_k, top_p)
+        block = self.cfg.block_size
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.block_size:])
+        cache = self.new_cache(idx.size(0)) if use_cache else None
+        logits, _ = self(idx[:, -block:], cache=cache)  # (B, ≤block, vocab_size): the prompt at once
+        for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
-            if temperature == 0:
-                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = F.softmax(logits, dim=-1)  # (B, vocab_size)
-                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            if not torch.isfinite(logits).all():
+                raise ValueError("the model produced non-finite logits (NaN or inf); the checkpoint is damaged "
+                                 "or the precision too low")
+            for process in processors:
+                logits = process(idx, logits)
+            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B, 1)
             if eos_id is not None:
                 nxt = nxt.masked_fill(done[:, None], eos_id)
                 done |= nxt[:, 0] == eos_id
             idx = torch.cat([idx, nxt], dim=1)
-            if eos_id is not None and done.all():
-                break
-        return idx
+            yield nxt
+            if (eos_id is not None and done.all()) or step == max_new_tokens - 1:
+                return
+            if cache is None:
+                logits, _ = self(idx[:, -block:])
+            elif cache[0].length < block:
+                logits, _ = self(nxt, cache=cache)  # (B, 1, vocab_size)
+            else:  # cache full: start again from the recent half
+                cache = self.new_cache(idx.size(0))
+                logits, _ = self(idx[:, -(block // 2):], cache=cache)

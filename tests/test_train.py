@@ -1,10 +1,14 @@
 """End to end on a tiny model and corpus: train.py's `train`, then sample.py's `sample`."""
+import io
+import json
+
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 import sample as sample_script
 import train as train_script
+from data.poetry import form_of
 from model.attention import BackendUnavailableError
 from tests.conftest import make_train_cfg, write_corpus
 from tests.wandb_records import history
@@ -69,6 +73,29 @@ def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     scfg.prompt = "床前ABC"
     with pytest.raises(ValueError, match="ABC"):
         sample_script.sample(scfg)
+
+
+def sample_cfg(trained, **options):
+    cfg, _, tmp_path = trained
+    scfg = OmegaConf.load(train_script.rootutils.find_root(indicator=".project-root") / "conf" / "sample.yaml")
+    del scfg["defaults"], scfg["hydra"]
+    return OmegaConf.merge(scfg, {"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"), **options})
+
+
+def test_sample_script_writes_jsonl_with_the_settings(trained):
+    out = io.StringIO()
+    poems = sample_script.sample(sample_cfg(trained, form="wujue", num_samples=3, format="jsonl", seed=7), out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["poem"] for r in records] == poems and [r["index"] for r in records] == [0, 1, 2]
+    assert all(r["seed"] == 7 and r["form"] == "wujue" and r["top_p"] is None for r in records)
+    assert all(form_of(p) == "wujue" for p in poems)  # 25 tokens > block_size 16: the cache is re-filled
+
+
+def test_sample_script_streams_a_single_poem(trained):
+    out = io.StringIO()
+    [poem] = sample_script.sample(sample_cfg(trained, prompt="举头", num_samples=1, form="wujue"), out)
+    assert out.getvalue() == sample_script.as_lines(poem) + "\n\n"
+    assert poem.startswith("举头") and form_of(poem) == "wujue"
 
 
 @pytest.mark.parametrize("backend", ["naive", "flash"])

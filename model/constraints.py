@@ -1,0 +1,173 @@
+"""Constrained decoding of poem forms, acrostics (藏头诗) and rhyme (押韵).
+
+`PoemConstraint` is a logits processor for `GPT.generate`: at each step it sets to -inf the
+logits of every token that would break the requested shape, so 100% of the poems have it:
+- `form` (wujue, qijue, wulv, qilv): each line has the form's number of characters, `，`
+  closes the odd lines and `。` the even ones, and the poem ends (`<eos>`) after 4 or 8 lines;
+- `acrostic`: line i starts with the acrostic's i-th character; without `form` the line
+  count is the acrostic's length and the first line's length (5 or 7) sets the others';
+- `rhyme`: the last characters of the even lines share one 平水韵 level-tone group and do
+  not repeat (the first rhyme picks the group, among those with a character in the
+  vocabulary for every even line; a prompt's rhyme fixes it).
+A line's characters are CJK ideographs (Unicode category Lo); punctuation only closes lines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from data.poetry import FORMS, is_hanzi
+from data.rhyme import rhyme_groups
+from data.tokenizer import CharTokenizer
+
+FREE_LENGTHS = (5, 7)
+"""Line lengths an acrostic without `form` may choose on its first line."""
+MARKS = ("，", "。")
+"""The mark that closes an odd line (1st, 3rd, ...) and an even line (2nd, 4th, ...)."""
+
+
+@dataclass
+class _Row:
+    """Where one poem is: line index (0-based), characters so far in that line, its rhymes."""
+    line: int = 0
+    pos: int = 0
+    n_chars: int | None = None  # characters per line, once known
+    groups: frozenset[str] | None = None  # rhyme groups every rhyme so far shares
+    rhymes: set[str] = field(default_factory=set)
+    ended: bool = False  # the last line is closed: only <eos> remains
+
+
+class PoemConstraint:
+    """Logits processor forcing `form`, `acrostic` and `rhyme` (see the module docstring).
+
+    tokenizer: the model's CharTokenizer; script: the model's script, for the rhyme table.
+    Call `check_text(prompt)` before generating: it raises ValueError if the prompt cannot
+    begin such a poem. raises ValueError for an unknown form, a form and acrostic of
+    different line counts, rhyme without form or acrostic, a non-character tokenizer, or a
+    vocabulary without `，` and `。`; UnknownCharactersError for acrostic characters outside
+    the vocabulary.
+    """
+
+    def __init__(self, tokenizer: CharTokenizer, form: str | None = None, acrostic: str = "",
+                 rhyme: bool = False, script: str = "simplified"):
+        if not isinstance(tokenizer, CharTokenizer):
+            raise ValueError("form, acrostic and rhyme need a character-level model (tokenizer=char)")
+        if form is not None and form not in FORMS:
+            raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)}")
+        if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
+            raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
+        tokenizer.encode(acrostic)  # raises UnknownCharactersError listing them
+        n_lines, n_chars = FORMS[form] if form else (len(acrostic) or None, None)
+        if form and acrostic and len(acrostic) != n_lines:
+            raise ValueError(f"form={form} has {n_lines} lines but the acrostic {acrostic!r} has {len(acrostic)}")
+        if rhyme and n_lines is None:
+            raise ValueError("rhyme needs a form or an acrostic to know where lines end")
+        if missing := [m for m in MARKS if m not in tokenizer.stoi]:
+            raise ValueError(f"the vocabulary lacks {''.join(missing)}; it cannot close lines")
+        self.tok, self.form, self.acrostic, self.rhyme = tokenizer, form, acrostic, rhyme
+        self.n_lines, self.n_chars = n_lines, n_chars
+        V = tokenizer.vocab_size
+        self.hanzi = torch.tensor([is_hanzi(c) for c in tokenizer.itos])  # (V,) bool
+        self.groups = rhyme_groups((c for c in tokenizer.itos if is_hanzi(c)), script) if rhyme else {}
+        self.group_masks: dict[str, torch.Tensor] = {}  # group → (V,) bool
+        for c, gs in self.groups.items():
+            for g in gs:
+                self.group_masks.setdefault(g, torch.zeros(V, dtype=torch.bool))[tokenizer.stoi[c]] = True
+        # the first rhyme picks among groups with a character for every even line
+        self.open_groups = [g for g, m in self.group_masks.items() if m.sum() >= (n_lines or 0) // 2]
+        if rhyme and not self.open_groups:
+            raise ValueError(f"no 平水韵 level-tone group has {n_lines // 2} characters in this vocabulary")
+        self._masks: dict[str, torch.Tensor] = {}  # allowed tokens per expectation, built once
+        self.rows: list[_Row] = []
+        self.consumed = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is constrained."""
+        return self.n_lines is not None
+
+    def max_tokens(self) -> int:
+        """Tokens of the longest allowed poem, marks and `<eos>` included (not `<bos>`)."""
+        return self.n_lines * ((self.n_chars or max(FREE_LENGTHS)) + 1) + 1
+
+    def check_text(self, text: str) -> None:
+        """raises ValueError saying where `text` (a prompt) breaks the constraint."""
+        row = _Row()
+        for i, c in enumerate(text):
+            if reason := self._advance(row, c):
+                raise ValueError(f"the prompt {text!r} does not fit at {c!r} (character {i + 1}): {reason}")
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
+        if not self.rows:
+            self.rows = [_Row() for _ in range(idx.size(0))]
+        for row, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
+            for i in ids:
+                if i not in (self.tok.bos_id, self.tok.eos_id) and (reason := self._advance(row, self.tok.itos[i])):
+                    raise ValueError(f"a generated token broke the constraint: {reason}")  # a bug if seen
+        self.consumed = idx.size(1)
+        allowed = torch.stack([self._allowed(row) for row in self.rows]).to(logits.device)  # (B, V)
+        return logits.masked_fill(~allowed, float("-inf"))
+
+    def _expected(self, row: _Row) -> tuple[str, set[str] | None]:
+        """(what comes next, in words; the characters allowed, None = any hanzi) — for a row."""
+        if row.ended:
+            return f"the poem ends after {row.line} lines", set()
+        mark = MARKS[row.line % 2]
+        n = row.n_chars or self.n_chars
+        if n is not None and row.pos == n:
+            return f"line {row.line + 1} ends with {mark} after {n} characters", {mark}
+        if n is None and row.pos in FREE_LENGTHS:  # first line of a free-length acrostic
+            end = {mark} if row.pos == max(FREE_LENGTHS) else {mark, None}
+            return f"line {row.line + 1} has {' or '.join(map(str, FREE_LENGTHS))} characters", end
+        if row.pos == 0 and self.acrostic:
+            return f"line {row.line + 1} starts with {self.acrostic[row.line]} (acrostic)", {self.acrostic[row.line]}
+        if self.rhyme and row.line % 2 == 1 and n is not None and row.pos == n - 1:
+            return f"line {row.line + 1} ends with a level-tone rhyme", {"rhyme"}
+        return f"line {row.line + 1} continues with a character, not a mark", None
+
+    def _allowed(self, row: _Row) -> torch.Tensor:
+        """(V,) bool: the tokens allowed next in this row (shared tensors: do not modify)."""
+        _, expected = self._expected(row)
+        if expected is None:
+            return self.hanzi
+        if "rhyme" in expected:
+            return self._rhyme_candidates(row)
+        key = "".join(sorted(c or "*" for c in expected))
+        if key not in self._masks:
+            allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+            allowed[self.tok.eos_id] = row.ended
+            allowed[[self.tok.stoi[c] for c in expected if c]] = True
+            self._masks[key] = allowed | self.hanzi if None in expected else allowed
+        return self._masks[key]
+
+    def _rhyme_candidates(self, row: _Row) -> torch.Tensor:
+        groups = row.groups if row.groups is not None else self.open_groups
+        mask = torch.stack([self.group_masks[g] for g in groups]).any(dim=0)  # (V,)
+        fresh = mask.clone()
+        fresh[[self.tok.stoi[c] for c in row.rhymes]] = False
+        return fresh if fresh.any() else mask  # repeat a rhyme only if nothing else is left
+
+    def _advance(self, row: _Row, c: str) -> str | None:
+        """Move `row` past character c; returns why c is not allowed there, or None."""
+        why, expected = self._expected(row)
+        if expected is None:
+            ok = is_hanzi(c)
+        elif "rhyme" in expected:
+            ok = c in self.groups and (row.groups is None or bool(self.groups[c] & row.groups))
+            why += " (a character of the rhyme group so far)" if row.groups else ""
+        else:
+            ok = c in expected or (None in expected and is_hanzi(c))
+        if not ok:
+            return why
+        if c in MARKS:
+            row.n_chars = row.n_chars or row.pos
+            row.line, row.pos = row.line + 1, 0
+            row.ended = row.line == self.n_lines
+        else:
+            if "rhyme" in (expected or ()):
+                row.groups = self.groups[c] & row.groups if row.groups is not None else self.groups[c]
+                row.rhymes.add(c)
+            row.pos += 1
+        return None

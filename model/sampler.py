@@ -1,0 +1,102 @@
+"""Poems from a trained model: prompt normalisation, poetry controls, seeded batched sampling.
+
+`sample.py` wires the options of conf/sample.yaml to `sample_poems`; the callbacks and
+benchmarks call `GPT.generate` directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from data.script import prompt_to_script, variants
+from data.tokenizer import UnknownCharactersError
+from data.poetry import is_hanzi
+from model.constraints import PoemConstraint
+from model.lit import LitGPT
+from model.sampling import RepetitionPenalty, check_sampling_args
+
+
+@dataclass
+class SamplingOptions:
+    """What to sample. Units: tokens (= characters for the character model).
+
+    prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
+    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); repetition_penalty:
+    CTRL penalty on characters already in the poem (1.0 = off); temperature 0 = greedy.
+    """
+    prompt: str = ""
+    num_samples: int = 1
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: int | None = 200
+    top_p: float | None = None
+    seed: int = 1337
+    form: str | None = None
+    acrostic: str = ""
+    rhyme: bool = False
+    repetition_penalty: float = 1.0
+    use_cache: bool = True
+
+
+def to_model_text(text: str, lit: LitGPT) -> str:
+    """A user's text → the model's script (OpenCC; full-width punctuation kept).
+
+    raises ValueError (an UnknownCharactersError) listing the characters still outside the
+    vocabulary, with the in-vocabulary variants OpenCC knows for them as suggestions.
+    """
+    text = prompt_to_script(text, lit.hparams.script)
+    try:
+        lit.tokenizer.encode(text)
+    except UnknownCharactersError as err:
+        script = lit.hparams.script
+        hints = {c: sorted({v for v in map(lambda v: prompt_to_script(v, script), variants(c)) if v in lit.tokenizer.stoi})
+                 for c in err.unknown}
+        hints = {c: v for c, v in hints.items() if v}
+        if not hints:
+            raise
+        said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items())
+        raise UnknownCharactersError(err.unknown, f"Variants in the vocabulary: {said}.") from None
+    return text
+
+
+def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
+    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, 1)).
+
+    Every check runs before the first token: raises ValueError for bad sampling arguments,
+    a prompt or acrostic outside the vocabulary, or a prompt that breaks the form;
+    max_new_tokens too small for the form.
+    """
+    check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
+    if opts.num_samples < 1:
+        raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
+    tok, device = lit.tokenizer, lit.device
+    prompt = to_model_text(opts.prompt, lit)
+    acrostic = to_model_text(opts.acrostic, lit)
+    processors: list[Callable] = []
+    constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
+    if constraint.active:
+        constraint.check_text(prompt)
+        needed = constraint.max_tokens() - len(prompt)
+        if opts.max_new_tokens < needed:
+            raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
+        processors.append(constraint)
+    if opts.repetition_penalty != 1.0:
+        penalised = torch.tensor([is_hanzi(c) for c in tok.itos])
+        processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
+    gen = torch.Generator(device=device).manual_seed(opts.seed)
+    start = torch.tensor([tok.encode(prompt, bos=True)] * opts.num_samples, device=device)  # (B, T0)
+    steps = lit.gpt.generate_stream(start, opts.max_new_tokens, opts.temperature, opts.top_k, opts.top_p,
+                                    tok.eos_id, gen, opts.use_cache, processors)
+    return start, steps
+
+
+def sample_poems(lit: LitGPT, opts: SamplingOptions) -> list[str]:
+    """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks).
+
+    The same options and seed give the same poems. raises as `stream_poems`.
+    """
+    start, steps = stream_poems(lit, opts)
+    out = torch.cat([start, *steps], dim=1)  # (B, T0 + n)
+    return [lit.tokenizer.decode(row.tolist()) for row in out]

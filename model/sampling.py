@@ -1,0 +1,88 @@
+"""Choosing the next token from the model's logits: temperature, top-k, top-p, repetition penalty.
+
+Each step of `GPT.generate` runs: logits processors (constraints, repetition penalty) →
+temperature → top-k → top-p → one draw from the softmax (or the argmax when temperature is 0).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(idx (B, T) int64 the whole sequence so far, logits (B, vocab_size) float) → logits (B, vocab_size)."""
+
+
+def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """raises ValueError for temperature < 0, top_k < 1, or top_p outside (0, 1]."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be ≥ 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be ≥ 1 (or null for the whole vocabulary), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (or null), got {top_p}")
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the `top_k` largest logits of each row, -inf elsewhere (ties at the k-th kept).
+
+    logits: (B, V) float; top_k ≥ V is clamped to V. Fan et al. 2018, "Hierarchical Neural
+    Story Generation", §5.4.
+    """
+    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering: keep the smallest set of likeliest tokens whose probability reaches
+    `top_p`, -inf elsewhere; the likeliest token always survives.
+
+    logits: (B, V) float; top_p in (0, 1]. Holtzman et al. 2020, "The Curious Case of Neural
+    Text Degeneration", §3.1.
+    """
+    probs, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # (B, V) each
+    before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above each one
+    drop_sorted = before >= top_p  # the first token has before = 0 < top_p: never dropped
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = None,
+               top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row: logits (B, V) float → (B, 1) int64.
+
+    temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError if a
+    row allows no token at all (every logit -inf).
+    """
+    if torch.isneginf(logits).all(dim=-1).any():
+        raise ValueError("no token is allowed at this step (every logit is -inf)")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
+
+
+class RepetitionPenalty:
+    """CTRL's repetition penalty (Keskar et al. 2019, §4.1), on characters already in the poem.
+
+    A logit z of a token that occurred in the sequence becomes z / penalty if z > 0, else
+    z · penalty, so penalty > 1 discourages repeats and 1.0 changes nothing. `penalised`:
+    (V,) bool, the tokens it applies to (the poem's characters, not punctuation or specials).
+    raises ValueError if penalty < 1.
+    """
+
+    def __init__(self, penalty: float, penalised: torch.Tensor):
+        if penalty < 1:
+            raise ValueError(f"repetition_penalty must be ≥ 1 (1 = off), got {penalty}")
+        self.penalty, self.penalised = penalty, penalised
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, idx, True)  # (B, V)
+        seen &= self.penalised.to(logits.device)
+        scaled = torch.where(logits > 0, logits / self.penalty, logits * self.penalty)
+        return torch.where(seen, scaled, logits)

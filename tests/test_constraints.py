@@ -1,0 +1,110 @@
+"""Poetry controls with a tiny random model: forms, acrostics, rhyme, prompt checks."""
+import pytest
+import torch
+
+from data.poetry import FORMS, form_of, split_lines
+from data.rhyme import rhyme_groups
+from data.tokenizer import CharTokenizer, UnknownCharactersError
+from model.constraints import PoemConstraint
+from model.lit import LitGPT
+from model.sampler import SamplingOptions, sample_poems
+from tests.conftest import POEMS
+
+OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}
+
+
+@pytest.fixture(scope="module")
+def lit():
+    """An untrained model over the test poems' characters (traditional script) and 緣."""
+    torch.manual_seed(0)
+    tok = CharTokenizer.from_texts([*POEMS, "緣"])
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    return LitGPT(model, OPTIM, tok.state_dict(), script="traditional").eval()
+
+
+def poems(lit, n, **kw):
+    return sample_poems(lit, SamplingOptions(num_samples=n, temperature=1.0, top_k=None, **kw))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_sample_has_the_form(lit, form):
+    out = poems(lit, 200, form=form)
+    assert [form_of(p) for p in out] == [form] * 200
+    assert len(set(out)) > 150  # constrained, still sampled
+
+
+def test_without_constraints_a_random_model_rarely_has_a_form(lit):
+    assert sum(form_of(p) != "other" for p in poems(lit, 50, max_new_tokens=40)) < 5
+
+
+@pytest.mark.parametrize("form", [None, "wulv"])
+def test_acrostic_lines_start_with_its_characters(lit, form):
+    acrostic = "春花明月" if form is None else "春花明月白日山江"
+    out = poems(lit, 200, acrostic=acrostic, form=form)
+    for p in out:
+        lines = split_lines(p)
+        assert "".join(line[0] for line in lines) == acrostic
+        assert form_of(p) == (form or form_of(p)) and form_of(p) in (("wujue", "qijue") if form is None else (form,))
+
+
+def test_acrostic_in_simplified_is_converted_to_the_model_script(lit):
+    out = poems(lit, 5, acrostic="万里千山", form="qijue")  # 萬 in the vocabulary, 万 given
+    assert all("".join(line[0] for line in split_lines(p)) == "萬里千山" for p in out)
+
+
+@pytest.mark.parametrize("form", ["wujue", "qilv"])
+def test_rhyme_even_lines_share_a_level_tone_group(lit, form):
+    out = poems(lit, 100, form=form, rhyme=True)
+    for p in out:
+        assert form_of(p) == form
+        ends = [line[-2] for line in split_lines(p)[1::2]]  # the character before 。
+        groups = rhyme_groups(ends, "traditional")
+        assert set(groups) == set(ends)  # every rhyme has a level tone
+        assert frozenset.intersection(*(groups[c] for c in ends))  # one group shared by all
+        assert len(set(ends)) == len(ends)  # no rhyme character twice
+
+
+def test_prompt_is_continued_within_the_form(lit):
+    out = poems(lit, 20, prompt="白日依山盡", form="wujue", rhyme=True)
+    assert all(p.startswith("白日依山盡，") and form_of(p) == "wujue" for p in out)
+    out = poems(lit, 20, prompt="白日依山盡，黃河入海流。", form="wujue", rhyme=True)
+    last = [split_lines(p)[3][-2] for p in out]  # the prompt's rhyme (流, 十一尤) fixes the group
+    assert all("下平聲十一尤" in rhyme_groups(c, "traditional")[c] for c in last) and "流" not in last
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"prompt": "白日依山盡，", "form": "qijue"}, "line 1 continues with a character"),
+    ({"prompt": "白日依山盡，黃", "acrostic": "白花明月"}, r"line 2 starts with 花"),
+    ({"prompt": "白日依山盡，黃河入海樓。", "form": "wujue", "acrostic": "白河欲更"}, "line 2 starts with 河"),
+    ({"prompt": "白日依山盡，黃河入海月。", "form": "wujue", "rhyme": True}, "level-tone rhyme"),
+    ({"form": "wulv", "acrostic": "春花明月"}, "8 lines but the acrostic"),
+    ({"rhyme": True}, "rhyme needs a form or an acrostic"),
+    ({"form": "sonnet"}, "unknown form"),
+    ({"acrostic": "春，"}, "acrostic"),
+    ({"form": "qilv", "max_new_tokens": 40}, "max_new_tokens=40 is too few"),
+])
+def test_bad_requests_are_refused_before_generation(lit, opts, match):
+    with pytest.raises(ValueError, match=match):
+        poems(lit, 1, **opts)
+
+
+def test_unknown_characters_are_listed_with_variants_in_the_vocabulary(lit):
+    with pytest.raises(UnknownCharactersError, match="ABC") as err:
+        poems(lit, 1, acrostic="ABC")
+    assert err.value.unknown == ["A", "B", "C"]
+    with pytest.raises(UnknownCharactersError, match="縁 → 緣"):  # the Japanese glyph; OpenCC knows 緣
+        poems(lit, 1, prompt="縁")
+
+
+def test_rhyme_table_fixes_and_variant_glyphs():
+    simplified = rhyme_groups("先光乡为床月", "simplified")
+    assert simplified["先"] == {"下平聲一先"}  # missing from the package's table; added
+    assert simplified["乡"] == simplified["床"] == {"下平聲七陽"} and "上平聲四支" in simplified["为"]
+    assert "月" not in simplified  # entering tone: no level-tone group
+    traditional = rhyme_groups("爲牀鄉", "traditional")  # the corpus's glyphs; the table has 為, 床
+    assert "上平聲四支" in traditional["爲"] and traditional["牀"] == traditional["鄉"] == {"下平聲七陽"}
+
+
+def test_constraint_needs_a_character_tokenizer():
+    with pytest.raises(ValueError, match="character-level"):
+        PoemConstraint(object(), form="wujue")

@@ -1,0 +1,137 @@
+"""Sampling engine: KV cache on every backend, cropping, temperature / top-k / top-p edge cases."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.attention import BACKENDS, CausalSelfAttention, KVCache
+from model.gpt import GPT, GPTConfig
+from model.sampling import RepetitionPenalty, next_token, top_k_filter, top_p_filter
+
+
+def tiny(block_size=80, **kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=60, block_size=block_size, n_layer=2, n_head=2, n_embd=32, **kw)).eval()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend):
+    m = tiny(attention=backend)
+    start = torch.randint(0, 60, (3, 5), generator=torch.Generator().manual_seed(1))
+    cached = m.generate(start, 64, temperature=0, use_cache=True)
+    assert torch.equal(cached, m.generate(start, 64, temperature=0, use_cache=False))
+    assert cached.shape == (3, 69)
+    full, _ = m(cached[:, :-1])  # (3, 68, V): every position at once, no cache
+    cache = m.new_cache(3)
+    steps = [m(cached[:, :5], cache=cache)[0]]  # the prompt, then one token at a time
+    steps += [m(cached[:, t:t + 1], cache=cache)[0] for t in range(5, 68)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["naive", "sdpa"])
+def test_cache_extended_by_several_tokens_uses_the_bottom_rows_of_the_mask(backend):
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(32, 4, block_size=16, backend=backend).eval()
+    x = torch.randn(2, 12, 32)
+    cache = KVCache.empty(2, 4, 16, 8)
+    parts = [attn(x[:, :5], cache), attn(x[:, 5:9], cache), attn(x[:, 9:], cache)]  # 5, then 4 queries vs 9 keys, ...
+    torch.testing.assert_close(torch.cat(parts, dim=1), attn(x), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="block_size"):
+        attn(torch.randn(2, 5, 32), cache)  # 12 + 5 > 16
+
+
+def test_sdpa_is_causal_aligns_top_left_so_it_is_wrong_for_decoding():
+    """Why the cache path passes an explicit mask: with 1 query and 4 keys, is_causal=True
+    lets the query see key 0 only, but the newest token must see all 4."""
+    q, k, v = torch.randn(3, 1, 2, 1, 8).unbind(0)[0], torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(top_left, v[:, :, :1])  # only the first key
+    right = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v), right)
+    assert not torch.allclose(top_left, right)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_long_prompts_and_generations_are_cropped_to_block_size(use_cache):
+    m = tiny(block_size=16)
+    prompt = torch.randint(0, 60, (2, 40), generator=torch.Generator().manual_seed(2))  # > block_size
+    out = m.generate(prompt, 50, temperature=1.0, use_cache=use_cache, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 90) and torch.equal(out[:, :40], prompt)
+    # the last 16 tokens alone give the same first token: the model saw only them
+    first = m.generate(prompt[:, -16:], 1, temperature=0, use_cache=use_cache)[:, -1]
+    assert torch.equal(m.generate(prompt, 1, temperature=0, use_cache=use_cache)[:, -1], first)
+
+
+def test_cache_refill_keeps_the_recent_half():
+    m = tiny(block_size=16)
+    start = torch.randint(0, 60, (2, 3), generator=torch.Generator().manual_seed(3))
+    out = m.generate(start, 30, temperature=0)  # passes block_size twice: two refills
+    no_cache = m.generate(start, 13, temperature=0, use_cache=False)  # up to 16 tokens: identical
+    assert torch.equal(out[:, :16], no_cache)
+    # the token after a refill is what the model says from the last block_size // 2 tokens
+    torch.testing.assert_close(out[:, 17], m(out[:, 9:17])[0][:, -1].argmax(-1))
+
+
+def test_temperature_zero_is_greedy_and_top_k_one_equals_it():
+    m = tiny()
+    start = torch.zeros(4, 1, dtype=torch.long)
+    greedy = m.generate(start, 20, temperature=0)
+    assert torch.equal(greedy, m.generate(start, 20, temperature=0))
+    top1 = m.generate(start, 20, temperature=1.3, top_k=1, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(top1, greedy)
+    assert torch.equal(m.generate(start, 20, temperature=0, top_k=5, top_p=0.5), greedy)
+
+
+def test_seeded_batches():
+    m = tiny()
+    start = torch.zeros(6, 1, dtype=torch.long)
+    draw = lambda seed: m.generate(start, 15, temperature=1.0, top_p=0.95, generator=torch.Generator().manual_seed(seed))
+    a, b, c = draw(3), draw(3), draw(4)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert len({tuple(r) for r in a.tolist()}) > 1  # the rows of one batch differ
+
+
+@pytest.mark.parametrize("kw, match", [({"temperature": -0.1}, "temperature"), ({"top_k": 0}, "top_k"),
+                                       ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")])
+def test_bad_sampling_arguments_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        next(tiny().generate_stream(torch.zeros(1, 1, dtype=torch.long), 3, **kw))
+
+
+def test_top_k_is_clamped_to_the_vocabulary():
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    assert torch.equal(top_k_filter(logits, 10), logits)
+    assert torch.equal(top_k_filter(logits, 1), torch.tensor([[-math.inf, 3.0, -math.inf]]))
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.6, [0, 1]), (1e-9, [0]), (1.0, [0, 1, 2, 3]), (0.5, [0]), (0.81, [0, 1, 2])])
+def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    perm = torch.tensor([2, 0, 3, 1])  # vocabulary order differs from probability order
+    logits = probs.log()[perm][None]  # (1, 4)
+    out = top_p_filter(logits, top_p)[0]
+    survivors = sorted(int((perm == i).nonzero()) for i in kept)  # where the kept ranks sit
+    assert torch.isfinite(out).nonzero().flatten().tolist() == survivors
+    torch.testing.assert_close(out[survivors], logits[0, survivors])
+
+
+def test_non_finite_logits_raise_instead_of_sampling():
+    m = tiny()
+    with torch.no_grad():
+        m.wte.weight[7, 0] = float("nan")  # tied to lm_head: every logit of token 7 is NaN
+    with pytest.raises(ValueError, match="non-finite"):
+        m.generate(torch.zeros(1, 1, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="no token is allowed"):
+        next_token(torch.full((2, 5), -math.inf), temperature=1.0)
+
+
+def test_repetition_penalty_scales_the_logits_of_seen_tokens():
+    penalised = torch.tensor([True, True, True, False])
+    rp = RepetitionPenalty(2.0, penalised)
+    idx = torch.tensor([[0, 1, 3]])  # tokens 0, 1 and 3 were seen; 3 is exempt
+    out = rp(idx, torch.tensor([[4.0, -1.0, 4.0, 4.0]]))
+    assert out.tolist() == [[2.0, -2.0, 4.0, 4.0]]
+    assert torch.equal(RepetitionPenalty(1.0, penalised)(idx, out), out)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        RepetitionPenalty(0.5, penalised)
