@@ -40,13 +40,18 @@ class SamplingOptions:
     use_cache: bool = True
 
 
+HALF_TO_FULL = str.maketrans(",.?!;:", "，。？！；：")
+"""ASCII punctuation typed for the full-width marks the corpus uses."""
+
+
 def to_model_text(text: str, lit: LitGPT) -> str:
-    """A user's text → the model's script (OpenCC; full-width punctuation kept).
+    """A user's text → the model's script (OpenCC; full-width punctuation kept, ASCII
+    `,.?!;:` made full-width, as in the corpus).
 
     raises ValueError (an UnknownCharactersError) listing the characters still outside the
     vocabulary, with the in-vocabulary variants OpenCC knows for them as suggestions.
     """
-    text = prompt_to_script(text, lit.hparams.script)
+    text = prompt_to_script(text.translate(HALF_TO_FULL), lit.hparams.script)
     try:
         lit.tokenizer.encode(text)
     except UnknownCharactersError as err:

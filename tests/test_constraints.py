@@ -67,8 +67,9 @@ def test_rhyme_even_lines_share_a_level_tone_group(lit, form):
 def test_prompt_is_continued_within_the_form(lit):
     out = poems(lit, 20, prompt="白日依山盡", form="wujue", rhyme=True)
     assert all(p.startswith("白日依山盡，") and form_of(p) == "wujue" for p in out)
-    out = poems(lit, 20, prompt="白日依山盡，黃河入海流。", form="wujue", rhyme=True)
+    out = poems(lit, 20, prompt="白日依山尽,黄河入海流.", form="wujue", rhyme=True)  # simplified, ASCII marks
     last = [split_lines(p)[3][-2] for p in out]  # the prompt's rhyme (流, 十一尤) fixes the group
+    assert all(p.startswith("白日依山盡，黃河入海流。") for p in out)
     assert all("下平聲十一尤" in rhyme_groups(c, "traditional")[c] for c in last) and "流" not in last
 
 
