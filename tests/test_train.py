@@ -29,8 +29,10 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     ckpt_dir = tmp_path / "checkpoints" / "test"
     assert (ckpt_dir / "last.ckpt").is_file()
     assert len(list(ckpt_dir.glob("best-step*.ckpt"))) == 1
-    rows = history(next((tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")))
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    rows = history(run)
     val = [r["val/loss"] for r in rows if "val/loss" in r]
+    assert len(val) == 2, f"{len(rows)} history rows in {run}: {sorted(p.name for p in run.iterdir())}"
     train_losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert len(val) == 2 and val[-1] < val[0] - 0.1
     assert train_losses[-1] < train_losses[0] - 0.5
