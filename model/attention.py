@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -76,30 +75,29 @@ def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: f
         raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
 
 
-@dataclass
 class KVCache:
     """Keys and values of the positions one attention layer has already seen (for decoding).
 
-    k, v: (B, n_head, block_size, d_k), filled up to `length`. Appending the new positions'
-    keys and values lets each decoding step compute q, k, v for the new token only, instead
-    of for the whole context again (the "KV cache" of Transformer inference).
+    Holds k, v: (B, n_head, block_size, d_k), filled up to `length`, allocated at the first
+    `append` with its batch size, device and dtype (so autocast works). Appending the new
+    positions' keys and values lets each decoding step compute q, k, v for the new token
+    only, instead of for the whole context again (the "KV cache" of Transformer inference).
     """
-    k: torch.Tensor
-    v: torch.Tensor
-    length: int = 0
 
-    @classmethod
-    def empty(cls, batch_size: int, n_head: int, block_size: int, d_k: int,
-              device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "KVCache":
-        shape = (batch_size, n_head, block_size, d_k)
-        return cls(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+    def __init__(self, block_size: int):
+        self.block_size, self.length = block_size, 0
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v: (B, n_head, T, d_k) of the next T positions → all keys and values so far,
         (B, n_head, length + T, d_k). raises ValueError if the cache would pass block_size."""
         start, end = self.length, self.length + k.size(2)
-        if end > self.k.size(2):
-            raise ValueError(f"KV cache holds {self.k.size(2)} positions (block_size); cannot add up to {end}")
+        if end > self.block_size:
+            raise ValueError(f"KV cache holds {self.block_size} positions (block_size); cannot add up to {end}")
+        if self.k is None:
+            shape = (k.size(0), k.size(1), self.block_size, k.size(3))
+            self.k, self.v = k.new_empty(shape), v.new_empty(shape)
         self.k[:, :, start:end], self.v[:, :, start:end] = k, v
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]

@@ -98,11 +98,9 @@ class GPT(nn.Module):
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, n_embd)
 
-    def new_cache(self, batch_size: int) -> list[KVCache]:
-        """An empty KV cache per layer, for `forward(..., cache=)`, on the model's device and dtype."""
-        w = self.wte.weight
-        return [KVCache.empty(batch_size, self.cfg.n_head, self.cfg.block_size, self.cfg.n_embd // self.cfg.n_head,
-                              w.device, w.dtype) for _ in self.blocks]
+    def new_cache(self) -> list[KVCache]:
+        """An empty KV cache per layer, for `forward(..., cache=)`."""
+        return [KVCache(self.cfg.block_size) for _ in self.blocks]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None):
         """idx: (B, T) int64 token ids; targets: (B, T) int64 or None.
@@ -166,7 +164,7 @@ class GPT(nn.Module):
         check_sampling_args(temperature, top_k, top_p)
         block = self.cfg.block_size
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = self.new_cache(idx.size(0)) if use_cache else None
+        cache = self.new_cache() if use_cache else None
         logits, _ = self(idx[:, -block:], cache=cache)  # (B, ≤block, vocab_size): the prompt at once
         for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
@@ -188,5 +186,5 @@ class GPT(nn.Module):
             elif cache[0].length < block:
                 logits, _ = self(nxt, cache=cache)  # (B, 1, vocab_size)
             else:  # cache full: start again from the recent half
-                cache = self.new_cache(idx.size(0))
+                cache = self.new_cache()
                 logits, _ = self(idx[:, -(block // 2):], cache=cache)

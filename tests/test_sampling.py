@@ -23,7 +23,7 @@ def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend):
     assert torch.equal(cached, m.generate(start, 64, temperature=0, use_cache=False))
     assert cached.shape == (3, 69)
     full, _ = m(cached[:, :-1])  # (3, 68, V): every position at once, no cache
-    cache = m.new_cache(3)
+    cache = m.new_cache()
     steps = [m(cached[:, :5], cache=cache)[0]]  # the prompt, then one token at a time
     steps += [m(cached[:, t:t + 1], cache=cache)[0] for t in range(5, 68)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
@@ -34,7 +34,7 @@ def test_cache_extended_by_several_tokens_uses_the_bottom_rows_of_the_mask(backe
     torch.manual_seed(0)
     attn = CausalSelfAttention(32, 4, block_size=16, backend=backend).eval()
     x = torch.randn(2, 12, 32)
-    cache = KVCache.empty(2, 4, 16, 8)
+    cache = KVCache(16)
     parts = [attn(x[:, :5], cache), attn(x[:, 5:9], cache), attn(x[:, 9:], cache)]  # 5, then 4 queries vs 9 keys, ...
     torch.testing.assert_close(torch.cat(parts, dim=1), attn(x), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="block_size"):
@@ -135,3 +135,13 @@ def test_repetition_penalty_scales_the_logits_of_seen_tokens():
     assert torch.equal(RepetitionPenalty(1.0, penalised)(idx, out), out)
     with pytest.raises(ValueError, match="repetition_penalty"):
         RepetitionPenalty(0.5, penalised)
+
+
+def test_cache_takes_the_dtype_of_the_keys_under_autocast():
+    m = tiny()
+    start = torch.zeros(2, 1, dtype=torch.long)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m.generate(start, 8, temperature=0)
+        cache = m.new_cache()
+        m(out, cache=cache)
+    assert out.shape == (2, 9) and cache[0].k.dtype == torch.bfloat16 and cache[0].length == 9
