@@ -78,3 +78,25 @@ def test_script_conversion_of_corpus_and_prompts():
     assert prompt_to_script("舉頭望明月，", "simplified") == "举头望明月，"
     with pytest.raises(ValueError):
         prompt_to_script("月", "latin")
+
+
+def test_bpe_arrays_count_the_same_characters_as_the_char_arrays(tiny_corpus, tmp_path):
+    from data.bpe import learn_ranks, write_ranks
+
+    ranks = write_ranks(learn_ranks(corpus_to_script(POEMS, "simplified"), 256 + 64), tmp_path / "poems.tiktoken")
+    char = make_dm(tiny_corpus, tmp_path)
+    bpe = make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "tiktoken", "encoding": str(ranks)})
+    assert bpe.cache_dir != char.cache_dir
+    assert bpe.meta["tokenizer"] == "tiktoken" and bpe.meta["dtype"] == "uint16" and bpe.tokens("val").dtype == np.uint16
+    assert {p.name for p in bpe.cache_dir.iterdir()} == {"train.bin", "val.bin", "tokenizer.json", "meta.json"}
+    val_chars = sum(len(t) for t in corpus_to_script(POEMS, "simplified")) * 4  # 4 of 20 copies are held out
+    assert bpe.meta["val"]["characters"] == char.meta["val"]["characters"] == val_chars
+    assert bpe.meta["val"]["tokens"] != char.meta["val"]["tokens"]
+    for dm in (char, bpe):
+        counts = np.array(dm.tokenizer.char_counts)
+        assert counts[dm.tokens("val")].sum() == val_chars  # what val/bpc divides by
+    assert bpe.tokenizer.decode(bpe.tokens("train")[:40].tolist()).startswith("床前明月光，疑是地上霜。举头")
+    write_ranks(learn_ranks(POEMS, 256 + 8), ranks)  # another ranks file at the same path: other arrays
+    assert make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "tiktoken", "encoding": str(ranks)}).cache_dir != bpe.cache_dir
+    with pytest.raises(ValueError, match="tokenizer.kind"):
+        make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "wordpiece"})
