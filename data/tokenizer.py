@@ -14,6 +14,7 @@ inside every checkpoint; `tokenizer_from_state` rebuilds either kind from it).
 from __future__ import annotations
 
 import codecs
+from abc import ABC, abstractmethod
 import hashlib
 import json
 import socket
@@ -47,16 +48,28 @@ class EncodingUnavailableError(FileNotFoundError):
     """Raised when a tiktoken encoding is neither cached nor downloadable; says how to provide it."""
 
 
-class Tokenizer:
-    """What both tokenizers share. Ids are `int` in `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1.
-    Subclasses define `vocab_size`, `token_bytes`, `encode`, `state_dict`."""
+class Tokenizer(ABC):
+    """What both tokenizers share. Ids are `int` in `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1."""
 
     bos_id, eos_id = 0, 1
 
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, `<bos>` and `<eos>` included."""
+
+    @abstractmethod
     def token_bytes(self, i: int) -> bytes:
         """The UTF-8 bytes of id `i` (empty for `<bos>`/`<eos>`); may be part of a character.
         raises IndexError for an id outside `[0, vocab_size)`."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        """text → ids, optionally framed by `<bos>` / `<eos>`. raises UnknownCharactersError."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """JSON-able state with a "kind", stored in checkpoints; `tokenizer_from_state` inverts it."""
 
     @property
     def char_counts(self) -> list[int]:
