@@ -6,7 +6,7 @@ published encodings.
     python -m data.bpe --vocab-size 2048 --poems 2000 --out my.tiktoken
 
 Merges are learned with tiktoken's educational trainer (`tiktoken._educational.bpe_train`,
-pure Python: about 0.1 s per merge on 1,000 poems on a 2-core CPU) from the first `--poems`
+pure Python: the default's 768 merges on 1,000 poems take about 2 minutes of CPU time) from the first `--poems`
 training poems in the chosen script, split with `ranks_file_pattern()`. The result is
 deterministic: the same corpus and options give the same file.
 """

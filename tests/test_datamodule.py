@@ -100,3 +100,13 @@ def test_bpe_arrays_count_the_same_characters_as_the_char_arrays(tiny_corpus, tm
     assert make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "tiktoken", "encoding": str(ranks)}).cache_dir != bpe.cache_dir
     with pytest.raises(ValueError, match="tokenizer.kind"):
         make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "wordpiece"})
+
+
+def test_vocabularies_over_65536_ids_get_uint32_arrays(tmp_path):
+    chars = [chr(c) for c in range(0x20000, 0x20000 + 66_000)]  # CJK Extension B: 66,002 ids with the specials
+    poems = ["".join(chars[i : i + 1000]) for i in range(0, len(chars), 1000)]
+    dm = make_dm(write_corpus(tmp_path / "big.jsonl.xz", poems, copies=2), tmp_path, script="traditional")
+    assert dm.meta["vocab_size"] == 66_002 and dm.meta["dtype"] == "uint32"
+    val = dm.tokens("val")
+    assert val.dtype == np.uint32 and val.max() == 66_001
+    assert dm.tokenizer.decode(val[-1001:].tolist()) == poems[-1]
