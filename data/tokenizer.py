@@ -179,11 +179,10 @@ def _no_hanging_download(name: str) -> Iterator[None]:
             except OSError as err:
                 raise EncodingUnavailableError(
                     f"the tiktoken encoding {name!r} is not cached here and cannot be downloaded ({err}). "
-                    f"Either copy the encoding's cached file from a machine with network (it appears in the folder "
-                    f"TIKTOKEN_CACHE_DIR names after `TIKTOKEN_CACHE_DIR=<dir> python -c \"import tiktoken; "
-                    f"tiktoken.get_encoding('{name}')\"`) and set TIKTOKEN_CACHE_DIR to that folder here, or use "
-                    "a local ranks file: tokenizer.encoding=path/to/ranks.tiktoken (learn one from the corpus "
-                    "with `python -m data.bpe`)."
+                    f"Either run `TIKTOKEN_CACHE_DIR=<dir> python -c \"import tiktoken; tiktoken.get_encoding("
+                    f"'{name}')\"` on a machine with network, copy <dir> here and set TIKTOKEN_CACHE_DIR to it, "
+                    "or use a local ranks file: tokenizer.encoding=path/to/ranks.tiktoken (learn one from the "
+                    "corpus with `python -m data.bpe`)."
                 ) from err
         return fetch(blobpath)
 
@@ -198,8 +197,10 @@ def load_encoding(spec: str) -> "tiktoken.Encoding":
     """A tiktoken encoding from a name (`cl100k_base`, `o200k_base`, `gpt2`, ...) or the path of a
     `.tiktoken` ranks file (one `base64(token bytes) rank` a line, all 256 single bytes included;
     split pattern: `ranks_file_pattern()`). A file's encoding is named `<file name>@<sha256[:16]>`,
-    so a changed file is a different encoding. Named encodings come from tiktoken's cache
-    (TIKTOKEN_CACHE_DIR, else a folder under the temp dir) or are downloaded on first use.
+    so a changed file is a different encoding; a relative path is taken from the current folder,
+    and tiktoken's loader keeps a copy of the file in its cache. Named encodings come from
+    tiktoken's cache (TIKTOKEN_CACHE_DIR, else a folder under the temp dir) or are downloaded
+    on first use.
 
     raises EncodingUnavailableError (not cached, no network: within NETWORK_TIMEOUT_S),
     FileNotFoundError (no such ranks file), ValueError (unknown name, ranks without all bytes).
