@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.tokenizer import CharTokenizer  # noqa: E402
+from data.tokenizer import tokenizer_from_state  # noqa: E402
 from model.lit import LitGPT  # noqa: E402
 from model.runtime import (  # noqa: E402
     check_attention_backend,
@@ -44,9 +44,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     tokenizer = datamodule.tokenizer
     if cfg.ckpt_path:
         saved = torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)["hyper_parameters"]["tokenizer"]
-        if CharTokenizer.from_state_dict(saved).itos != tokenizer.itos:
-            raise ValueError(f"{cfg.ckpt_path} was trained with another vocabulary than data={cfg.data.script} "
-                             "gives; resume with the data settings it was trained with.")
+        if tokenizer_from_state(saved).state_dict() != tokenizer.state_dict():
+            raise ValueError(f"{cfg.ckpt_path} was trained with another vocabulary than data.script={cfg.data.script} "
+                             f"tokenizer={cfg.tokenizer.kind} gives; resume with the settings it was trained with.")
     model = LitGPT(
         model={**{k: cfg.model[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend},
         optim=OmegaConf.to_container(cfg.model.optim, resolve=True),

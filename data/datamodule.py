@@ -2,7 +2,8 @@
 
 Preparation (once, cached under `cache_dir/<key>/`, rebuilt when the corpus file or the
 settings change): read `tang.jsonl.xz`, convert to the configured script with OpenCC,
-build the character vocabulary, and write `train.bin` / `val.bin` (uint16 ids, each poem
+build the vocabulary (characters, or the corpus's tokens of a tiktoken encoding), and write
+`train.bin` / `val.bin` (ids as uint16, or uint32 for vocabularies over 65,536; each poem
 framed as `<bos> text <eos>`, poems in corpus order) plus `tokenizer.json` and `meta.json`.
 Training and validation read those files memory-mapped.
 """
@@ -14,6 +15,7 @@ import lzma
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
@@ -23,9 +25,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from data.script import SCRIPTS, corpus_to_script
-from data.tokenizer import CharTokenizer
+from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
-CACHE_VERSION = 1  # bump when the prepared format changes
+CACHE_VERSION = 2  # bump when the prepared format changes
+TOKENIZER_KINDS = ("char", "tiktoken")
 
 
 def load_corpus(path: str | Path) -> list[dict]:
@@ -71,26 +74,49 @@ class PoetryDataModule(L.LightningDataModule):
     """Serves windows of the shipped 全唐诗 corpus.
 
     corpus_path: `tang.jsonl.xz`; script: 'simplified' | 'traditional'; block_size: T;
-    batch_size: B per device; cache_dir: where prepared arrays live (outside git).
+    batch_size: B per device; cache_dir: where prepared arrays live (outside git);
+    tokenizer: `{"kind": "char"}` (default) or `{"kind": "tiktoken", "encoding": <name or
+    .tiktoken path>}` (the `tokenizer` config group).
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
-                 block_size: int = 64, batch_size: int = 32, num_workers: int = 0):
+                 block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
+                 tokenizer: Mapping | None = None):
         super().__init__()
         if script not in SCRIPTS:
             raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
+        self.tokenizer_cfg = dict(tokenizer or {"kind": "char"})
+        if self.tokenizer_cfg.get("kind") not in TOKENIZER_KINDS:
+            raise ValueError(f"tokenizer.kind={self.tokenizer_cfg.get('kind')!r} is not one of {TOKENIZER_KINDS}")
         self.corpus_path, self.cache_root = Path(corpus_path), Path(cache_dir)
         self.script, self.block_size = script, block_size
         self.batch_size, self.num_workers = batch_size, num_workers
 
     @cached_property
+    def encoding(self):
+        """The tiktoken encoding (`load_encoding`; None for the character tokenizer). Loaded before
+        any corpus work, so an unreachable encoding stops the run at once."""
+        if self.tokenizer_cfg["kind"] != "tiktoken":
+            return None
+        return load_encoding(str(self.tokenizer_cfg.get("encoding")))
+
+    @cached_property
     def cache_dir(self) -> Path:
-        """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays."""
+        """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays
+        (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256)."""
         if not self.corpus_path.is_file():
             load_corpus(self.corpus_path)  # raises the explanatory FileNotFoundError
+        tokenizer = {"kind": self.tokenizer_cfg["kind"], **({"encoding": self.encoding.name} if self.encoding else {})}
         h = hashlib.sha256(self.corpus_path.read_bytes())
-        h.update(json.dumps({"script": self.script, "tokenizer": "char", "v": CACHE_VERSION}).encode())
+        h.update(json.dumps({"script": self.script, "tokenizer": tokenizer, "v": CACHE_VERSION}).encode())
         return self.cache_root / h.hexdigest()[:16]
+
+    def _build_tokenizer(self, texts: list[str]) -> Tokenizer:
+        if self.encoding is None:
+            return CharTokenizer.from_texts(texts)
+        spec = str(self.tokenizer_cfg["encoding"])
+        source = spec if self.encoding.name == spec else str(Path(spec).expanduser().resolve())  # a file: absolute
+        return TiktokenTokenizer.from_texts(self.encoding, texts, source)
 
     def prepare_data(self) -> None:
         """Build the cached arrays if they are missing. Safe to interrupt: the folder
@@ -99,17 +125,20 @@ class PoetryDataModule(L.LightningDataModule):
             return
         poems = load_corpus(self.corpus_path)
         texts = corpus_to_script([p["text"] for p in poems], self.script)
-        tok = CharTokenizer.from_texts(texts)
+        tok = self._build_tokenizer(texts)
+        dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
         self.cache_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_root))
         try:
-            meta = {"script": self.script, "vocab_size": tok.vocab_size, "corpus": str(self.corpus_path.name)}
+            meta = {"script": self.script, "tokenizer": tok.state_dict()["kind"], "vocab_size": tok.vocab_size,
+                    "dtype": np.dtype(dtype).name, "corpus": str(self.corpus_path.name)}
             for split in ("train", "val"):
-                ids = [tok.encode(t, bos=True, eos=True) for p, t in zip(poems, texts) if p["split"] == split]
-                arr = np.fromiter((i for poem in ids for i in poem), dtype=np.uint16)
+                split_texts = [t for p, t in zip(poems, texts) if p["split"] == split]
+                ids = [tok.encode(t, bos=True, eos=True) for t in split_texts]
+                arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
                 arr.tofile(tmp / f"{split}.bin")
                 meta[split] = {"poems": len(ids), "tokens": int(arr.size),
-                               "characters": int(arr.size) - 2 * len(ids)}
+                               "characters": sum(map(len, split_texts))}
             tok.save(tmp / "tokenizer.json")
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
             os.replace(tmp, self.cache_dir)
@@ -120,20 +149,21 @@ class PoetryDataModule(L.LightningDataModule):
             shutil.rmtree(tmp, ignore_errors=True)
 
     @cached_property
-    def tokenizer(self) -> CharTokenizer:
-        """The vocabulary of the prepared arrays (prepares them first if needed)."""
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer of the prepared arrays (prepares them first if needed)."""
         self.prepare_data()
-        return CharTokenizer.load(self.cache_dir / "tokenizer.json")
+        return load_tokenizer(self.cache_dir / "tokenizer.json")
 
     @cached_property
     def meta(self) -> dict:
-        """Counts of the prepared arrays: script, vocab_size, and per split poems, tokens, characters."""
+        """About the prepared arrays: script, tokenizer kind, vocab_size, dtype, and per split
+        poems, tokens and characters (of the poems' text, `<bos>`/`<eos>` not counted)."""
         self.prepare_data()
         return json.loads((self.cache_dir / "meta.json").read_text())
 
     def tokens(self, split: str) -> np.ndarray:
-        """The memory-mapped `(N,) uint16` token array of 'train' or 'val'."""
-        return np.memmap(self.cache_dir / f"{split}.bin", dtype=np.uint16, mode="r")
+        """The memory-mapped `(N,)` token array of 'train' or 'val' (dtype: `meta["dtype"]`)."""
+        return np.memmap(self.cache_dir / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
     def setup(self, stage: str | None = None) -> None:
         """Open the memory-mapped arrays: random-offset training windows, non-overlapping validation windows."""

@@ -1,16 +1,34 @@
-"""Character-level tokenizer: one id per character, plus start and end of poem.
+"""Tokenizers: characters (the default) or a tiktoken BPE encoding, plus start and end of poem.
 
-The vocabulary is `SPECIALS` followed by the corpus characters in code-point order, so the
-same corpus always gives the same ids. Its state travels inside every checkpoint.
+Both give ids `0` = `<bos>`, `1` = `<eos>`, then the vocabulary, and share one interface:
+`encode`, `decode`, `token_bytes`, `char_counts`, `vocab_size`, `state_dict` (it travels
+inside every checkpoint; `tokenizer_from_state` rebuilds either kind from it).
+
+- `CharTokenizer`: one id per corpus character, in code-point order.
+- `TiktokenTokenizer`: a tiktoken encoding (`cl100k_base`, `o200k_base`, `gpt2`, ... or a
+  local `.tiktoken` ranks file) whose token ids are remapped to the compact range of the
+  tokens that occur in the corpus, so the embedding has rows only for those.
+
+`StreamDecoder` turns ids into text one token at a time without splitting a character.
 """
 from __future__ import annotations
 
+import codecs
+from abc import ABC, abstractmethod
+import hashlib
 import json
+import socket
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    import tiktoken
 
 BOS, EOS = "<bos>", "<eos>"
 SPECIALS = (BOS, EOS)
+NETWORK_TIMEOUT_S = 5  # how long to wait for the host of an encoding that is not cached
 
 
 class UnknownCharactersError(ValueError):
@@ -27,11 +45,60 @@ class UnknownCharactersError(ValueError):
         )
 
 
-class CharTokenizer:
+class EncodingUnavailableError(FileNotFoundError):
+    """Raised when a tiktoken encoding is neither cached nor downloadable; says how to provide it."""
+
+
+class Tokenizer(ABC):
+    """What both tokenizers share. Ids are `int` in `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1."""
+
+    bos_id, eos_id = 0, 1
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, `<bos>` and `<eos>` included."""
+
+    @abstractmethod
+    def token_bytes(self, i: int) -> bytes:
+        """The UTF-8 bytes of id `i` (empty for `<bos>`/`<eos>`); may be part of a character.
+        raises IndexError for an id outside `[0, vocab_size)`."""
+
+    @abstractmethod
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        """text → ids, optionally framed by `<bos>` / `<eos>`. raises UnknownCharactersError."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """JSON-able state with a "kind", stored in checkpoints; `tokenizer_from_state` inverts it."""
+
+    @property
+    def char_counts(self) -> list[int]:
+        """(vocab_size,) characters each id begins (its UTF-8 lead bytes); summed over the ids of
+        a text, the text's number of characters, even where a token holds part of a character."""
+        return [sum(not 0x80 <= b < 0xC0 for b in self.token_bytes(i)) for i in range(self.vocab_size)]
+
+    def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
+        """ids → text; `<bos>`/`<eos>` are dropped unless `skip_specials=False`. Bytes that do not
+        form a character (a sequence cut short) become U+FFFD.
+        raises IndexError for an id outside `[0, vocab_size)`."""
+        out = []
+        for i in map(int, ids):
+            if i in (self.bos_id, self.eos_id):
+                out.append(b"" if skip_specials else SPECIALS[i].encode())
+            else:
+                out.append(self.token_bytes(i))
+        return b"".join(out).decode("utf-8", errors="replace")
+
+    def save(self, path: str | Path) -> None:
+        """Write `state_dict()` as UTF-8 JSON to `path`; `load_tokenizer` reads it back."""
+        Path(path).write_text(json.dumps(self.state_dict(), ensure_ascii=False))
+
+
+class CharTokenizer(Tokenizer):
     """Maps characters to ids and back.
 
-    chars: the vocabulary's characters (specials are added in front). Ids are `int` in
-    `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1.
+    chars: the vocabulary's characters (specials are added in front).
     """
 
     def __init__(self, chars: Iterable[str]):
@@ -40,7 +107,6 @@ class CharTokenizer:
             raise ValueError("CharTokenizer takes single characters")
         self.itos: list[str] = [*SPECIALS, *chars]
         self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
-        self.bos_id, self.eos_id = self.stoi[BOS], self.stoi[EOS]
 
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> "CharTokenizer":
@@ -69,17 +135,8 @@ class CharTokenizer:
         ids = [self.stoi[c] for c in text]
         return [self.bos_id] * bos + ids + [self.eos_id] * eos
 
-    def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
-        """ids → text; `<bos>`/`<eos>` are dropped unless `skip_specials=False`.
-
-        raises IndexError for an id outside `[0, vocab_size)`.
-        """
-        out = []
-        for i in ids:
-            s = self.itos[int(i)]
-            if not (skip_specials and s in SPECIALS):
-                out.append(s)
-        return "".join(out)
+    def token_bytes(self, i: int) -> bytes:
+        return b"" if i < len(SPECIALS) else self.itos[i].encode()
 
     def state_dict(self) -> dict:
         """JSON-able state, stored in checkpoints; inverse of `from_state_dict`."""
@@ -87,19 +144,192 @@ class CharTokenizer:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "CharTokenizer":
-        """raises ValueError if `state` is not a character tokenizer's state."""
-        if state.get("kind") != "char" or tuple(state["itos"][: len(SPECIALS)]) != SPECIALS:
+        """A state without "kind" (older checkpoints) is a character tokenizer's.
+        raises ValueError if `state` is not a character tokenizer's state."""
+        if state.get("kind", "char") != "char" or tuple(state["itos"][: len(SPECIALS)]) != SPECIALS:
             raise ValueError("not a character tokenizer state (kind must be 'char', specials first)")
         tok = cls(state["itos"][len(SPECIALS):])
         if tok.itos != state["itos"]:
             raise ValueError("character tokenizer state is not sorted; it was not written by this project")
         return tok
 
-    def save(self, path: str | Path) -> None:
-        """Write the state as UTF-8 JSON to `path`."""
-        Path(path).write_text(json.dumps(self.state_dict(), ensure_ascii=False))
+
+def ranks_file_pattern() -> str:
+    """The split pattern of encodings read from a `.tiktoken` ranks file (which holds ranks only):
+    tiktoken's GPT-2 pattern, which keeps a run of Chinese characters in one piece and every
+    punctuation mark in its own. `data/bpe.py` learns ranks with the same pattern."""
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    return r50k_pat_str
+
+
+@contextmanager
+def _no_hanging_download(name: str) -> Iterator[None]:
+    """While loading a named encoding: a file tiktoken would download is fetched only if its host
+    answers within NETWORK_TIMEOUT_S; otherwise EncodingUnavailableError says how to provide it.
+    (tiktoken reads its cache first and calls `tiktoken.load.read_file` only on a miss.)"""
+    import tiktoken.load
+
+    fetch = tiktoken.load.read_file
+
+    def guarded(blobpath: str) -> bytes:
+        url = urlparse(blobpath)
+        if url.scheme in ("http", "https"):
+            try:
+                socket.create_connection((url.hostname, url.port or 443), timeout=NETWORK_TIMEOUT_S).close()
+            except OSError as err:
+                raise EncodingUnavailableError(
+                    f"the tiktoken encoding {name!r} is not cached here and cannot be downloaded ({err}). "
+                    f"Either run `TIKTOKEN_CACHE_DIR=<dir> python -c \"import tiktoken; tiktoken.get_encoding("
+                    f"'{name}')\"` on a machine with network, copy <dir> here and set TIKTOKEN_CACHE_DIR to it, "
+                    "or use a local ranks file: tokenizer.encoding=path/to/ranks.tiktoken (learn one from the "
+                    "corpus with `python -m data.bpe`)."
+                ) from err
+        return fetch(blobpath)
+
+    tiktoken.load.read_file = guarded
+    try:
+        yield
+    finally:
+        tiktoken.load.read_file = fetch
+
+
+def load_encoding(spec: str) -> "tiktoken.Encoding":
+    """A tiktoken encoding from a name (`cl100k_base`, `o200k_base`, `gpt2`, ...) or the path of a
+    `.tiktoken` ranks file (one `base64(token bytes) rank` a line, all 256 single bytes included;
+    split pattern: `ranks_file_pattern()`). A file's encoding is named `<file name>@<sha256[:16]>`,
+    so a changed file is a different encoding; a relative path is taken from the current folder,
+    and tiktoken's loader keeps a copy of the file in its cache. Named encodings come from
+    tiktoken's cache (TIKTOKEN_CACHE_DIR, else a folder under the temp dir) or are downloaded
+    on first use.
+
+    raises EncodingUnavailableError (not cached, no network: within NETWORK_TIMEOUT_S),
+    FileNotFoundError (no such ranks file), ValueError (unknown name, ranks without all bytes).
+    """
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    path = Path(spec).expanduser()
+    if path.suffix == ".tiktoken" or "/" in spec or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"ranks file {path} not found; learn one from the corpus with "
+                                    f"`python -m data.bpe --out {spec}` or give an encoding name")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        ranks = load_tiktoken_bpe(str(path.resolve()), expected_hash=digest)
+        if missing := [b for b in range(256) if bytes([b]) not in ranks]:
+            raise ValueError(f"ranks file {path} lacks {len(missing)} of the 256 single-byte tokens; "
+                             "a byte-level BPE needs all of them")
+        return tiktoken.Encoding(name=f"{path.name}@{digest[:16]}", pat_str=ranks_file_pattern(),
+                                 mergeable_ranks=ranks, special_tokens={})
+    if spec not in tiktoken.list_encoding_names():
+        raise ValueError(f"tokenizer.encoding={spec!r} is neither a tiktoken encoding "
+                         f"({', '.join(tiktoken.list_encoding_names())}) nor a .tiktoken ranks file")
+    with _no_hanging_download(spec):
+        return tiktoken.get_encoding(spec)
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A tiktoken BPE encoding with its ids remapped to a compact vocabulary.
+
+    encoding: a `tiktoken.Encoding`; token_ids: the encoding's ids to keep (id `2 + k` is the
+    k-th smallest of them); source: what `load_encoding` rebuilds the encoding from (a name or
+    a ranks file path), stored in the checkpoint with the encoding's name. Special-token
+    strings such as `<|endoftext|>` in text are encoded as plain text. A token outside the
+    kept ids is encoded as its single bytes, so any text made of the corpus's characters encodes.
+    """
+
+    def __init__(self, encoding: "tiktoken.Encoding", token_ids: Iterable[int], source: str):
+        self.encoding, self.source = encoding, source
+        self.token_ids: list[int] = sorted(set(token_ids))
+        self._index = {t: k + len(SPECIALS) for k, t in enumerate(self.token_ids)}
+        self._bytes = [b""] * len(SPECIALS) + [encoding.decode_single_token_bytes(t) for t in self.token_ids]
+        self._byte_ids = {b[0]: i for i, b in enumerate(self._bytes) if len(b) == 1}  # byte value → id
 
     @classmethod
-    def load(cls, path: str | Path) -> "CharTokenizer":
-        """Read a tokenizer written by `save`. raises ValueError if it is not a character tokenizer."""
-        return cls.from_state_dict(json.loads(Path(path).read_text()))
+    def from_texts(cls, encoding: "tiktoken.Encoding", texts: list[str], source: str) -> "TiktokenTokenizer":
+        """Vocabulary = every token of `texts` encoded, plus the single-byte token of every byte in them."""
+        token_ids = {t for ids in encoding.encode_ordinary_batch(texts) for t in ids}
+        token_ids |= {encoding.encode_single_token(bytes([b])) for b in set("".join(texts).encode())}
+        return cls(encoding, token_ids, source)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids: the kept tokens plus `<bos>` and `<eos>`."""
+        return len(self._bytes)
+
+    def token_bytes(self, i: int) -> bytes:
+        return self._bytes[i]
+
+    def unknown(self, text: str) -> list[str]:
+        """Characters of `text` with a byte no kept token covers, in order of first appearance."""
+        return [c for c in dict.fromkeys(text) if any(b not in self._byte_ids for b in c.encode())]
+
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        """text → ids, optionally framed by `<bos>` / `<eos>`.
+
+        raises UnknownCharactersError listing the characters no kept token can spell.
+        """
+        if missing := self.unknown(text):
+            raise UnknownCharactersError(missing)
+        ids = []
+        for t in self.encoding.encode_ordinary(text):
+            if t in self._index:
+                ids.append(self._index[t])
+            else:
+                ids.extend(self._byte_ids[b] for b in self.encoding.decode_single_token_bytes(t))
+        return [self.bos_id] * bos + ids + [self.eos_id] * eos
+
+    def state_dict(self) -> dict:
+        """JSON-able state, stored in checkpoints; inverse of `from_state_dict`."""
+        return {"kind": "tiktoken", "encoding": self.source, "name": self.encoding.name, "token_ids": self.token_ids}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "TiktokenTokenizer":
+        """Loads the encoding again (`load_encoding`), so it must be reachable where the checkpoint is used.
+        raises ValueError if the encoding found is not the one the state was made with, or what
+        `load_encoding` raises."""
+        encoding = load_encoding(state["encoding"])
+        if encoding.name != state["name"]:
+            raise ValueError(f"the encoding at {state['encoding']} is {encoding.name}, but this model was "
+                             f"trained with {state['name']}; provide the ranks file it was trained with")
+        return cls(encoding, state["token_ids"], state["encoding"])
+
+
+def tokenizer_from_state(state: dict) -> CharTokenizer | TiktokenTokenizer:
+    """Rebuild a tokenizer from its `state_dict()` (a state without "kind" is a character
+    tokenizer's). raises ValueError for an unknown kind."""
+    kinds = {"char": CharTokenizer, "tiktoken": TiktokenTokenizer}
+    kind = state.get("kind", "char")
+    if kind not in kinds:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {', '.join(kinds)}")
+    return kinds[kind].from_state_dict(state)
+
+
+def load_tokenizer(path: str | Path) -> CharTokenizer | TiktokenTokenizer:
+    """Read a tokenizer written by `Tokenizer.save`."""
+    return tokenizer_from_state(json.loads(Path(path).read_text()))
+
+
+class StreamDecoder:
+    """Incremental ids → text that never emits part of a character: the bytes of an unfinished
+    UTF-8 sequence are held back until the token that completes it (Python's incremental
+    UTF-8 decoder). `<bos>`/`<eos>` produce no text.
+
+    >>> stream = StreamDecoder(tokenizer)
+    >>> for i in ids: print(stream.feed([i]), end="", flush=True)
+    >>> print(stream.flush())
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, ids: Iterable[int]) -> str:
+        """The text completed by `ids` (possibly ""). raises IndexError for an id out of range."""
+        return self._decoder.decode(b"".join(self.tokenizer.token_bytes(int(i)) for i in ids))
+
+    def flush(self) -> str:
+        """End of stream: any bytes still held back, as U+FFFD; the decoder is then reset."""
+        text = self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        return text

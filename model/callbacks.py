@@ -34,11 +34,13 @@ def _eval_mode(module: torch.nn.Module):
 
 
 def _encode_probe(pl_module, text: str) -> tuple[torch.Tensor, list[str]]:
-    """(1, T) ids of `<bos>` + text in the model's script, and the T tick labels."""
+    """(1, T) ids of `<bos>` + text in the model's script, and the T tick labels (one per
+    token; U+FFFD where a BPE token holds part of a character)."""
     tok = pl_module.tokenizer
     text = prompt_to_script(text, pl_module.hparams.script)
     ids = tok.encode(text, bos=True)[: pl_module.gpt.cfg.block_size]
-    return torch.tensor([ids], device=pl_module.device), ["BOS"] + list(text)[: len(ids) - 1]
+    labels = [tok.token_bytes(i).decode("utf-8", errors="replace") for i in ids[1:]]
+    return torch.tensor([ids], device=pl_module.device), ["BOS"] + labels
 
 
 class AttentionMapLogger(L.Callback):

@@ -3,8 +3,10 @@
 Logged: `train/loss` (nats per token), `train/tokens_per_sec`, `val/loss` (mean nats per
 predicted token over the whole held-out set), `val/bpc` (bits per character: total nats of
 the held-out set ÷ its number of poem characters ÷ ln 2; `<bos>`/`<eos>` predictions count
-in the nats, not in the characters). The tokenizer travels in every checkpoint, so a
-checkpoint alone is enough to sample (`load_for_inference`).
+in the nats, not in the characters; a BPE token counts the characters it begins, so the
+value is comparable between tokenizers). The tokenizer travels in every checkpoint, so a
+checkpoint is enough to sample (`load_for_inference`; a tiktoken model also needs its
+encoding, from tiktoken's cache or the ranks file it was trained with).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
-from data.tokenizer import SPECIALS, CharTokenizer
+from data.tokenizer import tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 
 
@@ -27,8 +29,10 @@ class LitGPT(L.LightningModule):
     def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified"):
         super().__init__()
         self.save_hyperparameters(logger=False)  # into checkpoints; train.py logs the Hydra config instead
-        self.tokenizer = CharTokenizer.from_state_dict(tokenizer)
+        self.tokenizer = tokenizer_from_state(tokenizer)
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
+        # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
+        self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         self.val_nats, self.val_chars = SumMetric(), SumMetric()
         self._last_step_time: float | None = None
 
@@ -56,7 +60,7 @@ class LitGPT(L.LightningModule):
         logits, loss = self.gpt(x, y)  # logits (B, T, vocab_size)
         self.log("val/loss", loss, prog_bar=True, batch_size=x.size(0), sync_dist=True)
         self.val_nats.update(loss.detach() * y.numel())
-        self.val_chars.update((y >= len(SPECIALS)).sum())
+        self.val_chars.update(self.char_counts[y].sum())
 
     def on_validation_epoch_end(self) -> None:
         """Logs `val/bpc` = total nats ÷ poem characters ÷ ln 2, summed over all ranks."""

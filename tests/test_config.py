@@ -25,6 +25,8 @@ def test_paths_hang_off_the_project_root(tmp_path, monkeypatch):
       "data.block_size": 128}),
     (["experiment=small_gpu"], {"model.name": "small", "data.batch_size": 64, "trainer.accelerator": "gpu"}),
     (["trainer=ddp"], {"trainer.strategy": "ddp"}),
+    ([], {"tokenizer.kind": "char", "data.tokenizer.kind": "char"}),
+    (["tokenizer=tiktoken"], {"data.tokenizer.kind": "tiktoken", "data.tokenizer.encoding": "cl100k_base"}),
     (["logger=none"], {"logger": None, "callbacks.lr_monitor": None}),
 ])
 def test_config_groups(overrides, expected):

@@ -78,3 +78,35 @@ def test_script_conversion_of_corpus_and_prompts():
     assert prompt_to_script("舉頭望明月，", "simplified") == "举头望明月，"
     with pytest.raises(ValueError):
         prompt_to_script("月", "latin")
+
+
+def test_bpe_arrays_count_the_same_characters_as_the_char_arrays(tiny_corpus, tmp_path):
+    from data.bpe import learn_ranks, write_ranks
+
+    ranks = write_ranks(learn_ranks(corpus_to_script(POEMS, "simplified"), 256 + 64), tmp_path / "poems.tiktoken")
+    char = make_dm(tiny_corpus, tmp_path)
+    bpe = make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "tiktoken", "encoding": str(ranks)})
+    assert bpe.cache_dir != char.cache_dir
+    assert bpe.meta["tokenizer"] == "tiktoken" and bpe.meta["dtype"] == "uint16" and bpe.tokens("val").dtype == np.uint16
+    assert {p.name for p in bpe.cache_dir.iterdir()} == {"train.bin", "val.bin", "tokenizer.json", "meta.json"}
+    val_chars = sum(len(t) for t in corpus_to_script(POEMS, "simplified")) * 4  # 4 of 20 copies are held out
+    assert bpe.meta["val"]["characters"] == char.meta["val"]["characters"] == val_chars
+    assert bpe.meta["val"]["tokens"] != char.meta["val"]["tokens"]
+    for dm in (char, bpe):
+        counts = np.array(dm.tokenizer.char_counts)
+        assert counts[dm.tokens("val")].sum() == val_chars  # what val/bpc divides by
+    assert bpe.tokenizer.decode(bpe.tokens("train")[:40].tolist()).startswith("床前明月光，疑是地上霜。举头")
+    write_ranks(learn_ranks(POEMS, 256 + 8), ranks)  # another ranks file at the same path: other arrays
+    assert make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "tiktoken", "encoding": str(ranks)}).cache_dir != bpe.cache_dir
+    with pytest.raises(ValueError, match="tokenizer.kind"):
+        make_dm(tiny_corpus, tmp_path, tokenizer={"kind": "wordpiece"})
+
+
+def test_vocabularies_over_65536_ids_get_uint32_arrays(tmp_path):
+    chars = [chr(c) for c in range(0x20000, 0x20000 + 66_000)]  # CJK Extension B: 66,002 ids with the specials
+    poems = ["".join(chars[i : i + 1000]) for i in range(0, len(chars), 1000)]
+    dm = make_dm(write_corpus(tmp_path / "big.jsonl.xz", poems, copies=2), tmp_path, script="traditional")
+    assert dm.meta["vocab_size"] == 66_002 and dm.meta["dtype"] == "uint32"
+    val = dm.tokens("val")
+    assert val.dtype == np.uint32 and val.max() == 66_001
+    assert dm.tokenizer.decode(val[-1001:].tolist()) == poems[-1]

@@ -131,3 +131,35 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
     cfg = train_cfg("callbacks.attention_maps.probe_text='床前ABC'", "logger=none", "trainer.num_sanity_val_steps=0")
     with pytest.raises(ValueError, match="ABC"):
         train_script.train(cfg)
+
+
+def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path):
+    from data.bpe import learn_ranks, write_ranks
+    from tests.conftest import POEMS
+
+    ranks = write_ranks(learn_ranks(POEMS, 256 + 64), tmp_path / "poems.tiktoken")
+    cfg = train_cfg("tokenizer=tiktoken", f"tokenizer.encoding={ranks}", "trainer.max_steps=4",
+                    "trainer.val_check_interval=4", "logger=none", "~callbacks.samples")
+    metrics = train_script.train(cfg)
+    assert torch.isfinite(torch.tensor(metrics["val/bpc"]))
+    scfg = OmegaConf.create({"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"), "prompt": "舉頭",
+                             "num_samples": 2, "max_new_tokens": 20, "temperature": 0.8, "top_k": None, "seed": 1,
+                             "device": "cpu", "backend": None, "paths": {"checkpoint_dir": ""}})
+    poems = sample_script.sample(scfg)
+    assert len(poems) == 2 and all(p.startswith("举头") for p in poems)
+
+
+def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path, monkeypatch):
+    import socket
+
+    from data.tokenizer import EncodingUnavailableError
+
+    def no_network(*args, **kwargs):
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    cfg = train_cfg("tokenizer=tiktoken", "tokenizer.encoding=o200k_base", "logger=none")
+    with pytest.raises(EncodingUnavailableError, match="TIKTOKEN_CACHE_DIR"):
+        train_script.train(cfg)
+    assert not (tmp_path / "cache").exists()
