@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.poetry import LINE_END  # noqa: E402
+from data.tokenizer import StreamDecoder  # noqa: E402
 from model.attention import check_backend  # noqa: E402
 from model.lit import load_for_inference  # noqa: E402
 from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
@@ -60,13 +61,14 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
     start, steps = stream_poems(lit, opts)
     live = cfg.format == "text" and opts.num_samples == 1
+    stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
     if live:
-        print(break_couplets(tok.decode(start[0].tolist())), end="", file=out, flush=True)
+        print(break_couplets(stream.feed(start[0].tolist())), end="", file=out, flush=True)
     tokens = [start]
     for nxt in steps:
         tokens.append(nxt)
         if live:
-            print(break_couplets(tok.decode(nxt[0].tolist())), end="", file=out, flush=True)
+            print(break_couplets(stream.feed(nxt[0].tolist())), end="", file=out, flush=True)
     poems = [tok.decode(row.tolist()) for row in torch.cat(tokens, dim=1)]
     settings = {"ckpt_path": str(ckpt), **OmegaConf.to_container(cfg, resolve=True)}
     settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS)}
@@ -76,7 +78,7 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
         elif not live:
             print(as_lines(poem), end="\n\n", file=out)
     if live:
-        print("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n", file=out)
+        print(stream.flush() + ("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n"), file=out)
     return poems
 
 

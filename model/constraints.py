@@ -61,8 +61,9 @@ class PoemConstraint:
         n_lines, n_chars = FORMS[form] if form else (len(acrostic) or None, None)
         if form and acrostic and len(acrostic) != n_lines:
             raise ValueError(f"form={form} has {n_lines} lines but the acrostic {acrostic!r} has {len(acrostic)}")
-        if rhyme and n_lines is None:
-            raise ValueError("rhyme needs a form or an acrostic to know where lines end")
+        if n_lines is None:
+            raise ValueError("rhyme needs a form or an acrostic to know where lines end" if rhyme else
+                             "nothing to constrain: give a form, an acrostic or both")
         if missing := [m for m in MARKS if m not in tokenizer.stoi]:
             raise ValueError(f"the vocabulary lacks {''.join(missing)}; it cannot close lines")
         self.tok, self.form, self.acrostic, self.rhyme = tokenizer, form, acrostic, rhyme
@@ -81,11 +82,6 @@ class PoemConstraint:
         self._masks: dict[str, torch.Tensor] = {}  # allowed tokens per expectation, built once
         self.rows: list[_Row] = []
         self.consumed = 0
-
-    @property
-    def active(self) -> bool:
-        """Whether anything is constrained."""
-        return self.n_lines is not None
 
     def max_tokens(self) -> int:
         """Tokens of the longest allowed poem, marks and `<eos>` included (not `<bos>`)."""

@@ -56,7 +56,7 @@ def to_model_text(text: str, lit: LitGPT) -> str:
         lit.tokenizer.encode(text)
     except UnknownCharactersError as err:
         script = lit.hparams.script
-        hints = {c: sorted({v for v in map(lambda v: prompt_to_script(v, script), variants(c)) if v in lit.tokenizer.stoi})
+        hints = {c: sorted({v for v in map(lambda v: prompt_to_script(v, script), variants(c)) if not lit.tokenizer.unknown(v)})
                  for c in err.unknown}
         hints = {c: v for c, v in hints.items() if v}
         if not hints:
@@ -80,15 +80,15 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     prompt = to_model_text(opts.prompt, lit)
     acrostic = to_model_text(opts.acrostic, lit)
     processors: list[Callable] = []
-    constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
-    if constraint.active:
+    if opts.form or acrostic or opts.rhyme:
+        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt)
         if opts.max_new_tokens < needed:
             raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
         processors.append(constraint)
     if opts.repetition_penalty != 1.0:
-        penalised = torch.tensor([is_hanzi(c) for c in tok.itos])
+        penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
     start = torch.tensor([tok.encode(prompt, bos=True)] * opts.num_samples, device=device)  # (B, T0)

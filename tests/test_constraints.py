@@ -109,3 +109,8 @@ def test_rhyme_table_fixes_and_variant_glyphs():
 def test_constraint_needs_a_character_tokenizer():
     with pytest.raises(ValueError, match="character-level"):
         PoemConstraint(object(), form="wujue")
+
+
+def test_a_constraint_needs_something_to_constrain(lit):
+    with pytest.raises(ValueError, match="nothing to constrain"):
+        PoemConstraint(lit.tokenizer)

@@ -142,11 +142,16 @@ def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path):
                     "trainer.val_check_interval=4", "logger=none", "~callbacks.samples")
     metrics = train_script.train(cfg)
     assert torch.isfinite(torch.tensor(metrics["val/bpc"]))
-    scfg = OmegaConf.create({"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"), "prompt": "舉頭",
-                             "num_samples": 2, "max_new_tokens": 20, "temperature": 0.8, "top_k": None, "seed": 1,
-                             "device": "cpu", "backend": None, "paths": {"checkpoint_dir": ""}})
+    scfg = sample_cfg((cfg, metrics, tmp_path), prompt="舉頭", num_samples=2, max_new_tokens=20, top_k=None, seed=1)
     poems = sample_script.sample(scfg)
     assert len(poems) == 2 and all(p.startswith("举头") for p in poems)
+    out = io.StringIO()
+    scfg.num_samples = 1
+    [poem] = sample_script.sample(scfg, out)  # streamed token by token, whole characters only
+    assert out.getvalue().replace("\n", "") == poem
+    scfg.form = "wujue"
+    with pytest.raises(ValueError, match="character-level"):
+        sample_script.sample(scfg)
 
 
 def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path, monkeypatch):
