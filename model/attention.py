@@ -75,6 +75,18 @@ def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: f
         raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
 
 
+def causal_attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q kᵀ / √d_k) with the future masked: the lesson's section 3 formula.
+
+    q, k: (..., T, d_k) float; mask: (T, T) bool, True where a query may look (the lower
+    triangle) → (..., T, T) float, rows sum to 1, masked entries exactly 0. Used by the
+    `naive` backend and by the random baselines of `model/attention_stats.py`.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, T)
+    scores = scores.masked_fill(~mask, float("-inf"))  # future → -inf
+    return F.softmax(scores, dim=-1)  # (..., T, T), rows sum to 1
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention.
 
@@ -110,9 +122,7 @@ class CausalSelfAttention(nn.Module):
 
     def _weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         T = q.size(-2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, n_head, T, T)
-        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))  # future → -inf
-        return F.softmax(scores, dim=-1)  # (B, n_head, T, T), rows sum to 1
+        return causal_attention_weights(q, k, self.mask[:T, :T])  # (B, n_head, T, T)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, T, n_embd) float, T ≤ block_size → (B, T, n_embd)."""
