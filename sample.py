@@ -18,18 +18,9 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.poetry import LINE_END  # noqa: E402
 from data.script import prompt_to_script  # noqa: E402
-from model.lit import load_for_inference  # noqa: E402
+from model.lit import latest_checkpoint, load_for_inference  # noqa: E402
 from model.attention import check_backend  # noqa: E402
 from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-
-
-def latest_checkpoint(checkpoint_dir: Path) -> Path:
-    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
-    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
-                                "or pass ckpt_path=...")
-    return found[-1]
 
 
 def as_lines(poem: str) -> str:
