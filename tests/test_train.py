@@ -1,4 +1,6 @@
 """End to end on a tiny model and corpus: train.py's `train`, then sample.py's `sample`."""
+import json
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -37,16 +39,29 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     assert metrics["val/loss"] == pytest.approx(val[-1], rel=1e-5)
 
 
-def test_wandb_offline_run_holds_attention_maps_and_samples(trained):
+def test_wandb_offline_run_holds_attention_maps_stats_and_samples(trained):
     _, _, tmp_path = trained
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
-    images = sorted((run / "files" / "media" / "images" / "attention").glob("layer*.png"))
-    assert len(images) == 2 * 2  # two layers, two validations
+    images = sorted((run / "files" / "media" / "images" / "attention").glob("*.png"))
+    assert len(images) == 2 * 2 + 2  # two probes at two validations, and the probes' baselines once
     assert all(p.stat().st_size > 5000 for p in images)
     assert len(list((run / "files" / "media" / "table").glob("samples_*.table.json"))) == 2
-    logged = [f for r in history(run) if "attention/layer1" in r for f in r["attention/layer1"]["filenames"]]
+    rows = history(run)
+    logged = [f for r in rows if "attention/probe1" in r for f in r["attention/probe1"]["filenames"]]
     assert len(logged) == 2 and all((run / "files" / f).is_file() for f in logged)
-    assert sorted(p.name for p in (tmp_path / "logs" / "test" / "attention").glob("*.png"))[0] == "step000020_layer0.png"
+    assert sum("attention/probe0_baselines" in r for r in rows) == 1
+    tables = sorted((run / "files" / "media" / "table" / "attention").glob("stats_*.table.json"))
+    assert len(tables) == 2
+    table = json.loads(tables[-1].read_text())
+    assert table["columns"][:5] == ["step", "probe", "layer", "head", "entropy"]
+    assert len(table["data"]) == 2 * 2 * 2  # probes × layers × heads
+    assert {row[1] for row in table["data"]} == {0, 1} and all(row[-1] for row in table["data"])
+    scalars = [r for r in rows if "attn/L1H1/prev_token" in r]
+    assert len(scalars) == 2 and all(0 <= r["attn/L1H1/prev_token"] <= 1 for r in scalars)
+    seconds = [r["attn/logger_seconds"] for r in rows if "attn/logger_seconds" in r]
+    assert len(seconds) == 2 and 0 < seconds[0] < seconds[1]
+    files = sorted(p.name for p in (tmp_path / "logs" / "test" / "attention").glob("*.png"))
+    assert files[:3] == ["baselines_probe0.png", "baselines_probe1.png", "step000020_probe0.png"]
 
 
 def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
@@ -99,6 +114,6 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
         raise AssertionError("a training step ran before the probe line was checked")
 
     monkeypatch.setattr(LitGPT, "training_step", no_training)
-    cfg = train_cfg("callbacks.attention_maps.probe_text='床前ABC'", "logger=none", "trainer.num_sanity_val_steps=0")
+    cfg = train_cfg("callbacks.attention_maps.probe_lines=['床前ABC']", "logger=none", "trainer.num_sanity_val_steps=0")
     with pytest.raises(ValueError, match="ABC"):
         train_script.train(cfg)
