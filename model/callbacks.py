@@ -65,8 +65,8 @@ class AttentionMapLogger(L.Callback):
     `attention/stats` (step, probe, layer, head, the statistics, flagged ones, pattern), and
     scalars `attn/L{l}H{h}/{statistic}` (mean over the probes). The first log also sends the
     baselines (`attention/probe{p}_baselines`: the model at initialisation, the lesson's
-    section 3 and section 5 maps). `seconds` holds the time spent logging, also logged as
-    `attn/logger_seconds`.
+    section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
+    logged as `attn/logger_seconds`.
     """
 
     def __init__(self, probe_lines: Sequence[str], every_n_validations: int = 1,
@@ -81,6 +81,7 @@ class AttentionMapLogger(L.Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Encode the probes (raising now for bad ones) and measure the baselines."""
+        start = time.perf_counter()
         self._probes = [pl_module.encode_line(text) for text in self.probe_lines]  # [(ids (1, T), tokens)]
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
@@ -88,6 +89,7 @@ class AttentionMapLogger(L.Callback):
             lesson = baseline_statistics([tokens], self.n_samples)
             init = {name: v.flatten() for name, v in head_statistics(maps, tokens).items()}  # over all heads
             self._baselines.append({"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init})
+        self.seconds += time.perf_counter() - start
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
