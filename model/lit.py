@@ -42,8 +42,10 @@ class LitGPT(L.LightningModule):
         module's device, the T tokens: `<bos>` then the characters).
 
         raises UnknownCharactersError listing characters outside the vocabulary, ValueError
-        if T exceeds the model's block_size.
+        if the text is empty or T exceeds the model's block_size.
         """
+        if not text:
+            raise ValueError("the text is empty; give a line of poetry, e.g. text=床前明月光，疑是地上霜。")
         text = prompt_to_script(text, self.hparams.script)
         ids = self.tokenizer.encode(text, bos=True)
         if len(ids) > self.gpt.cfg.block_size:

@@ -90,4 +90,6 @@ def test_bad_input_is_refused_before_any_output(tmp_path, corpus):
         attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前ABC'"))
     with pytest.raises(ValueError, match="block_size 32"):
         attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{'床前明月光，' * 6}'"))
+    with pytest.raises(ValueError, match="empty"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, "text=''"))
     assert not (tmp_path / "out").exists()
