@@ -117,3 +117,22 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
     cfg = train_cfg("callbacks.attention_maps.probe_lines=['床前ABC']", "logger=none", "trainer.num_sanity_val_steps=0")
     with pytest.raises(ValueError, match="ABC"):
         train_script.train(cfg)
+
+
+def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
+    """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)."""
+    import model.lit
+    from model.gpt import GPT
+
+    built = {}
+
+    class Recorded(GPT):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            built.update(cfg=cfg, state={k: v.clone() for k, v in self.state_dict().items()})
+
+    monkeypatch.setattr(model.lit, "GPT", Recorded)
+    train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none"))
+    torch.manual_seed(7)
+    fresh = GPT(built["cfg"]).state_dict()
+    assert all(torch.equal(fresh[k], v) for k, v in built["state"].items())
