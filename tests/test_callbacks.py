@@ -44,7 +44,7 @@ def test_memory_stays_flat_and_no_figure_stays_open(tmp_path, n_logs):
             rss[step] = rss_bytes()
     gc.collect()  # a Figure's artists hold reference cycles: freed by the collector, not at once
     assert plt.get_fignums() == []  # nothing registered with pyplot
-    assert not [o for o in gc.get_objects() if isinstance(o, Figure)]  # no figure kept alive
+    assert not [o for o in gc.get_objects() if type(o) is Figure]  # no figure kept alive
     assert len(list((tmp_path / "attention").glob("step*_probe0.png"))) == n_logs
     if n_logs == 100:
         assert rss[99] - rss[19] < 20 * 2**20
