@@ -52,10 +52,11 @@ class AttentionMapLogger(L.Callback):
     """Logs what the attention heads do on a few probe lines, beside the lesson's random maps.
 
     probe_lines: lines or poems (any script; converted to the model's), each at most
-    block_size − 1 characters (conf/callbacks/default.yaml: the lesson's 「床前明月光，疑是地上霜。」
-    and 王昌龄's 七言绝句 《出塞》 from the validation split); every_n_validations: log at every n-th validation; n_samples,
-    flag_k, min_effect: the random baselines and the flagging rule of
-    `model.attention_stats.classify`.
+    block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
+    「床前明月光，疑是地上霜。」 and 王昌龄's 七言绝句 《出塞》 from the validation split);
+    every_n_validations: log at every n-th validation; n_samples, flag_k, min_effect: the
+    random baselines and the flagging rule of `model.attention_stats.classify`. raises
+    ValueError if probe_lines is empty or a single string.
 
     At setup (before training, and before a resumed run restores its weights) it checks
     the probes (an unknown character or a probe too long stops the run there) and keeps the
