@@ -27,7 +27,6 @@ from model.attention_stats import (  # noqa: E402
     STATISTICS,
     baseline_statistics,
     head_rows,
-    head_statistics,
     lesson_head_maps,
     lesson_qk_maps,
     mean_statistics,
