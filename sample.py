@@ -20,20 +20,11 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 from data.poetry import LINE_END  # noqa: E402
 from data.tokenizer import StreamDecoder  # noqa: E402
 from model.attention import check_backend  # noqa: E402
-from model.lit import load_for_inference  # noqa: E402
+from model.lit import latest_checkpoint, load_for_inference  # noqa: E402
 from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 from model.sampler import SamplingOptions, stream_poems  # noqa: E402
 
 OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
-
-
-def latest_checkpoint(checkpoint_dir: Path) -> Path:
-    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
-    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
-                                "or pass ckpt_path=...")
-    return found[-1]
 
 
 def break_couplets(text: str) -> str:

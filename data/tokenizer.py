@@ -78,6 +78,16 @@ class Tokenizer(ABC):
         a text, the text's number of characters, even where a token holds part of a character."""
         return [sum(not 0x80 <= b < 0xC0 for b in self.token_bytes(i)) for i in range(self.vocab_size)]
 
+    def label(self, i: int) -> str:
+        """Id i as a readable label (plot ticks): its text, `<bos>`/`<eos>`, or its bytes in hex
+        (`<e5 ba>`) where a BPE token holds only part of a character."""
+        if i in (self.bos_id, self.eos_id):
+            return SPECIALS[i]
+        try:
+            return self.token_bytes(i).decode("utf-8")
+        except UnicodeDecodeError:
+            return f"<{self.token_bytes(i).hex(' ')}>"
+
     def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
         """ids → text; `<bos>`/`<eos>` are dropped unless `skip_specials=False`. Bytes that do not
         form a character (a sequence cut short) become U+FFFD.

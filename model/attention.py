@@ -75,6 +75,19 @@ def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: f
         raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
 
 
+def causal_attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q kᵀ / √d_k) with the future masked: the lesson's section 3 formula.
+
+    q: (..., T, d_k), k: (..., L, d_k) float; mask: (T, L) bool, True where a query may look
+    (the lower triangle; with a KV cache its bottom T rows) → (..., T, L) float, rows sum to
+    1, masked entries exactly 0. Used by the `naive` backend and by the random baselines of
+    `model/attention_stats.py`.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, L)
+    scores = scores.masked_fill(~mask, float("-inf"))  # future → -inf
+    return F.softmax(scores, dim=-1)  # (..., T, L), rows sum to 1
+
+
 class KVCache:
     """Keys and values of the positions one attention layer has already seen (for decoding).
 
@@ -145,10 +158,8 @@ class CausalSelfAttention(nn.Module):
         return self.mask[L - T:L, :L]
 
     def _weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        T, L = q.size(-2), k.size(-2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, n_head, T, L)
-        scores = scores.masked_fill(~self._causal_mask(T, L), float("-inf"))  # future → -inf
-        return F.softmax(scores, dim=-1)  # (B, n_head, T, L), rows sum to 1
+        mask = self._causal_mask(q.size(-2), k.size(-2))  # (T, L)
+        return causal_attention_weights(q, k, mask)  # (B, n_head, T, L), rows sum to 1
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """x: (B, T, n_embd) float → (B, T, n_embd).

@@ -6,6 +6,8 @@ written as PNG files under the run folder, so they exist whatever the logger.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,7 +16,14 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from data.script import prompt_to_script
+from model.attention_stats import (
+    STATISTICS,
+    baseline_statistics,
+    head_rows,
+    head_statistics,
+    lesson_head_maps,
+    lesson_qk_maps,
+)
 from model.plots import attention_grid
 
 
@@ -33,31 +42,55 @@ def _eval_mode(module: torch.nn.Module):
         module.train(was_training)
 
 
-def _encode_probe(pl_module, text: str) -> tuple[torch.Tensor, list[str]]:
-    """(1, T) ids of `<bos>` + text in the model's script, and the T tick labels (one per
-    token; U+FFFD where a BPE token holds part of a character)."""
-    tok = pl_module.tokenizer
-    text = prompt_to_script(text, pl_module.hparams.script)
-    ids = tok.encode(text, bos=True)[: pl_module.gpt.cfg.block_size]
-    labels = [tok.token_bytes(i).decode("utf-8", errors="replace") for i in ids[1:]]
-    return torch.tensor([ids], device=pl_module.device), ["BOS"] + labels
+def probe_maps(gpt: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """Eval-mode attention maps of one sequence idx: (1, T) → (n_layer, n_head, T, T) float32 on the CPU."""
+    with _eval_mode(gpt):
+        return torch.stack(gpt.attention_maps(idx), dim=1)[0].float().cpu()
 
 
 class AttentionMapLogger(L.Callback):
-    """Logs the attention maps of a probe line: one image per layer, a grid of heads.
+    """Logs what the attention heads do on a few probe lines, beside the lesson's random maps.
 
-    probe_text: the line (any script; converted to the model's); every_n_validations:
-    log at every n-th validation. Images go to wandb as `attention/layer{l}` and to
-    `<run folder>/attention/step{step:06d}_layer{l}.png`.
+    probe_lines: lines or poems (any script; converted to the model's), each at most
+    block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
+    「床前明月光，疑是地上霜。」 and 王昌龄's 七言绝句 《出塞》 from the validation split);
+    every_n_validations: log at every n-th validation; n_samples, flag_k, min_effect: the
+    random baselines and the flagging rule of `model.attention_stats.classify`. raises
+    ValueError if probe_lines is empty or a single string.
+
+    At setup (before training, and before a resumed run restores its weights) it checks
+    the probes (an unknown character or a probe too long stops the run there) and keeps the
+    statistics of the model at initialisation and of the lesson's random maps. Each log,
+    from rank 0: one image per probe (`attention/probe{p}`: a grid of layers × heads, also
+    written to `<run folder>/attention/step{step:06d}_probe{p}.png`), a table
+    `attention/stats` (step, probe, layer, head, the statistics, flagged ones, pattern), and
+    scalars `attn/L{l}H{h}/{statistic}` (mean over the probes). The first log also sends the
+    baselines (`attention/probe{p}_baselines`: the model at initialisation, the lesson's
+    section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
+    logged as `attn/logger_seconds`.
     """
 
-    def __init__(self, probe_text: str = "床前明月光，疑是地上霜。", every_n_validations: int = 1):
-        self.probe_text, self.every = probe_text, every_n_validations
+    def __init__(self, probe_lines: Sequence[str], every_n_validations: int = 1,
+                 n_samples: int = 32, flag_k: float = 3.0, min_effect: float = 0.1):
+        if not probe_lines or isinstance(probe_lines, str):
+            raise ValueError("probe_lines must be a non-empty list of lines")
+        self.probe_lines, self.every = list(probe_lines), every_n_validations
+        self.n_samples, self.flag_k, self.min_effect = n_samples, flag_k, min_effect
+        self.seconds = 0.0
         self._count = 0
+        self._baselines_sent = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Encode the probe once before training, so an unknown character stops the run now."""
-        _encode_probe(pl_module, self.probe_text)
+        """Encode the probes (raising now for bad ones) and measure the baselines."""
+        start = time.perf_counter()
+        self._probes = [pl_module.encode_line(text) for text in self.probe_lines]  # [(ids (1, T), tokens)]
+        self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
+        self._baselines = []
+        for (_, tokens), maps in zip(self._probes, self._init_maps):
+            lesson = baseline_statistics([tokens], self.n_samples)
+            init = {name: v.flatten() for name, v in head_statistics(maps, tokens).items()}  # over all heads
+            self._baselines.append({"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init})
+        self.seconds += time.perf_counter() - start
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -66,21 +99,50 @@ class AttentionMapLogger(L.Callback):
         self._count += 1
         if (self._count - 1) % self.every:
             return
-        idx, labels = _encode_probe(pl_module, self.probe_text)
-        with _eval_mode(pl_module.gpt):
-            maps = pl_module.gpt.attention_maps(idx)  # n_layer × (1, n_head, T, T)
+        start = time.perf_counter()
+        self.log_probes(trainer, pl_module)
+        self.seconds += time.perf_counter() - start
+        if logger := _wandb(trainer):
+            logger.log_metrics({"attn/logger_seconds": self.seconds}, step=trainer.global_step)
+
+    def log_probes(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Compute, draw and log the probes' maps and statistics once (see the class docstring)."""
+        step = trainer.global_step
         out_dir = Path(trainer.default_root_dir) / "attention"
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for layer, m in enumerate(maps):
-            fig = attention_grid(m[0].float().cpu().numpy(), labels,
-                                 title=f"layer {layer} · step {trainer.global_step}")
-            paths.append(out_dir / f"step{trainer.global_step:06d}_layer{layer}.png")
-            fig.savefig(paths[-1], dpi=100)  # rendered once; Figure is not held by pyplot, so it is freed here
+        images, rows, stats = {}, [], []
+        for p, ((idx, tokens), baselines) in enumerate(zip(self._probes, self._baselines)):
+            maps = probe_maps(pl_module.gpt, idx)  # (n_layer, n_head, T, T)
+            stats.append(head_statistics(maps, tokens))
+            rows += [[step, p, r["layer"], r["head"], *(r[n] for n in STATISTICS), " ".join(r["flags"]), r["pattern"]]
+                     for r in head_rows(stats[-1], baselines, self.flag_k, self.min_effect)]
+            layers = [f"layer {layer}" for layer in range(maps.size(0))]
+            images[f"attention/probe{p}"] = out_dir / f"step{step:06d}_probe{p}.png"
+            attention_grid(maps.numpy(), tokens, title=f"{''.join(tokens[1:])} · step {step}",
+                           row_titles=layers).savefig(images[f"attention/probe{p}"], dpi=72)
+            if not self._baselines_sent:
+                images[f"attention/probe{p}_baselines"] = out_dir / f"baselines_probe{p}.png"
+                self._baseline_figure(p, tokens).savefig(images[f"attention/probe{p}_baselines"], dpi=72)
+        self._baselines_sent = True
         if logger := _wandb(trainer):
-            for layer, path in enumerate(paths):
-                logger.log_image(key=f"attention/layer{layer}", images=[str(path)], step=trainer.global_step,
-                                 caption=[self.probe_text])
+            for key, path in images.items():
+                logger.log_image(key=key, images=[str(path)], step=step)
+            logger.log_table(key="attention/stats", columns=["step", "probe", "layer", "head", *STATISTICS, "flags",
+                                                            "pattern"], data=rows, step=step)
+            mean = {name: torch.stack([s[name] for s in stats]).nanmean(0) for name in STATISTICS}  # (n_layer, n_head)
+            logger.log_metrics({f"attn/L{layer}H{head}/{name}": v[layer, head].item() for name, v in mean.items()
+                                for layer in range(v.size(0)) for head in range(v.size(1))}, step=step)
+
+    def _baseline_figure(self, p: int, tokens: list[str]):
+        """Rows: the model at initialisation (one row per layer), then the lesson's random maps."""
+        init = self._init_maps[p]  # (n_layer, n_head, T, T)
+        n_layer, n_head, T, _ = init.shape
+        lesson = torch.stack([lesson_qk_maps(T, n_head), lesson_head_maps(T, n_head)])  # (2, n_head, T, T)
+        return attention_grid(torch.cat([init, lesson]).numpy(), tokens,
+                              title=f"{''.join(tokens[1:])} · baselines",
+                              row_titles=[f"init · layer {layer}" for layer in range(n_layer)]
+                              + ["lesson §3\nrandom q, k", "lesson §5\nrandom x, W_q, W_k"],
+                              col_titles=[f"head {h} / map {h}" for h in range(n_head)])
 
 
 class SampleLogger(L.Callback):

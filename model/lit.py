@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
+from data.script import prompt_to_script
 from data.tokenizer import tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 
@@ -39,6 +40,22 @@ class LitGPT(L.LightningModule):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
         return self.gpt(idx, targets)
+
+    def encode_line(self, text: str) -> tuple[torch.Tensor, list[str]]:
+        """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
+        module's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
+
+        raises UnknownCharactersError listing characters outside the vocabulary, ValueError
+        if the text is empty or T exceeds the model's block_size.
+        """
+        if not text:
+            raise ValueError("the text is empty; give a line of poetry, e.g. text=床前明月光，疑是地上霜。")
+        text = prompt_to_script(text, self.hparams.script)
+        ids = self.tokenizer.encode(text, bos=True)
+        if len(ids) > self.gpt.cfg.block_size:
+            raise ValueError(f"the text has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
+                             f"than the model's block_size {self.gpt.cfg.block_size}. Use a shorter text.")
+        return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
 
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`."""
@@ -90,6 +107,15 @@ class LitGPT(L.LightningModule):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> Path:
+    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
+    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
+                                "or pass ckpt_path=...")
+    return found[-1]
 
 
 def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu",

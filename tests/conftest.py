@@ -56,7 +56,8 @@ def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
                 "model.block_size=16", "data.batch_size=8", "model.optim.warmup_steps=2",
                 "trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.num_sanity_val_steps=0",
                 "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
-                "callbacks.samples.max_new_tokens=20", *overrides,
+                "callbacks.samples.max_new_tokens=20", "callbacks.attention_maps.n_samples=4",
+                "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']", *overrides,
             ])
         HydraConfig().set_config(cfg)
         with open_dict(cfg):

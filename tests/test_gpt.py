@@ -40,6 +40,23 @@ def test_attention_maps_per_layer():
     assert all(torch.allclose(m.sum(-1), torch.ones(2, 2, 7)) for m in maps)
 
 
+@pytest.mark.parametrize("backend", ["naive", "sdpa", "flash"])
+def test_attention_maps_of_every_backend_are_the_weights_naive_attention_uses(backend):
+    naive = tiny(attention="naive").eval()
+    model = tiny(attention=backend).eval()
+    model.load_state_dict(naive.state_dict())
+    used = []  # the weights each naive layer multiplies with v: its attention dropout's input
+    for block in naive.blocks:
+        block.attn.attn_dropout.register_forward_hook(lambda mod, inp, out: used.append(inp[0]))
+    idx = torch.randint(0, 50, (2, 9))
+    naive(idx)
+    maps = model.attention_maps(idx)
+    assert len(maps) == len(used) == naive.cfg.n_layer
+    for m, w in zip(maps, used):
+        torch.testing.assert_close(m, w, rtol=1e-6, atol=1e-7)
+        assert (m.triu(1) == 0).all()
+
+
 def test_generate_crops_context_and_stops_at_eos():
     m = tiny()
     start = torch.zeros(2, 14, dtype=torch.long)

@@ -24,7 +24,7 @@ def causal_maps(n_head, T):
 
 
 def test_probe_line_renders_without_missing_glyphs():
-    labels = ["BOS", *"床前明月光，疑是地上霜。"]
+    labels = ["<bos>", *"床前明月光，疑是地上霜。"]
     fig = attention_grid(causal_maps(4, len(labels)), labels, title="layer 0 · 床前明月光")
     assert render(fig) == []
     ax = fig.axes[0]
@@ -32,6 +32,23 @@ def test_probe_line_renders_without_missing_glyphs():
     image = ax.get_images()[0]
     assert image.get_clim() == (0.0, 1.0)
     assert np.ma.getmaskarray(image.get_array())[0, 1] and not np.ma.getmaskarray(image.get_array())[1, 0]
+
+
+def test_grid_of_rows_shares_one_colour_scale_and_labels_the_outer_panels():
+    labels = ["<bos>", *"床前，"]
+    maps = np.stack([causal_maps(3, 4), np.tile(np.eye(4), (3, 1, 1))])  # (2 rows, 3 columns, T, T)
+    fig = attention_grid(maps, labels, row_titles=["trained", "lesson §3\nrandom q, k"],
+                         col_titles=["a", "b", "c"])
+    assert render(fig) == []
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_label() != "<colorbar>"]
+    assert len(panels) == 6
+    assert all(ax.get_images()[0].get_clim() == (0.0, 1.0) for ax in panels)
+    assert all(np.ma.getmaskarray(ax.get_images()[0].get_array())[np.triu_indices(4, 1)].all() for ax in panels)
+    assert [t.get_text() for t in panels[3].get_xticklabels()] == labels  # bottom row: characters
+    assert panels[0].get_xticklabels() == [] and panels[0].get_ylabel() == "trained"
+    assert [ax.get_title() for ax in panels[:3]] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="row titles"):
+        attention_grid(maps, labels, row_titles=["only one"])
 
 
 def test_every_character_of_the_shipped_vocabulary_has_a_label_with_glyphs(tmp_path):
@@ -59,3 +76,5 @@ def test_font_lacks_rare_characters_so_labels_say_the_code_point():
 def test_shape_mismatch_is_refused():
     with pytest.raises(ValueError, match="n_head, T, T"):
         attention_grid(np.zeros((2, 3, 3)), ["a", "b"])
+    with pytest.raises(ValueError, match="n_rows, n_cols, T, T"):
+        attention_grid(np.zeros((1, 2, 2, 3, 3)), ["a", "b", "c"])

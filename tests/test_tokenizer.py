@@ -132,3 +132,11 @@ def test_unreachable_encoding_stops_at_once_with_how_to_provide_it(tmp_path, mon
     partial.write_text("YQ== 0\n")
     with pytest.raises(ValueError, match="255 of the 256"):
         load_encoding(str(partial))
+
+
+def test_labels_of_tokens_that_hold_part_of_a_character():
+    tok = CharTokenizer("床前")
+    assert [tok.label(i) for i in tok.encode("床前", bos=True, eos=True)] == ["<bos>", "床", "前", "<eos>"]
+    enc = tiktoken.Encoding("bytes", pat_str=r".", mergeable_ranks={bytes([b]): b for b in range(256)}, special_tokens={})
+    bpe = TiktokenTokenizer.from_texts(enc, ["床"], "bytes")
+    assert [bpe.label(i) for i in bpe.encode("床")] == ["<e5>", "<ba>", "<8a>"]

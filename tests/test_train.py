@@ -43,16 +43,29 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     assert metrics["val/loss"] == pytest.approx(val[-1], rel=1e-5)
 
 
-def test_wandb_offline_run_holds_attention_maps_and_samples(trained):
+def test_wandb_offline_run_holds_attention_maps_stats_and_samples(trained):
     _, _, tmp_path = trained
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
-    images = sorted((run / "files" / "media" / "images" / "attention").glob("layer*.png"))
-    assert len(images) == 2 * 2  # two layers, two validations
+    images = sorted((run / "files" / "media" / "images" / "attention").glob("*.png"))
+    assert len(images) == 2 * 2 + 2  # two probes at two validations, and the probes' baselines once
     assert all(p.stat().st_size > 5000 for p in images)
     assert len(list((run / "files" / "media" / "table").glob("samples_*.table.json"))) == 2
-    logged = [f for r in history(run) if "attention/layer1" in r for f in r["attention/layer1"]["filenames"]]
+    rows = history(run)
+    logged = [f for r in rows if "attention/probe1" in r for f in r["attention/probe1"]["filenames"]]
     assert len(logged) == 2 and all((run / "files" / f).is_file() for f in logged)
-    assert sorted(p.name for p in (tmp_path / "logs" / "test" / "attention").glob("*.png"))[0] == "step000020_layer0.png"
+    assert sum("attention/probe0_baselines" in r for r in rows) == 1
+    tables = sorted((run / "files" / "media" / "table" / "attention").glob("stats_*.table.json"))
+    assert len(tables) == 2
+    table = json.loads(tables[-1].read_text())
+    assert table["columns"][:5] == ["step", "probe", "layer", "head", "entropy"]
+    assert len(table["data"]) == 2 * 2 * 2  # probes × layers × heads
+    assert {row[1] for row in table["data"]} == {0, 1} and all(row[-1] for row in table["data"])
+    scalars = [r for r in rows if "attn/L1H1/prev_token" in r]
+    assert len(scalars) == 2 and all(0 <= r["attn/L1H1/prev_token"] <= 1 for r in scalars)
+    seconds = [r["attn/logger_seconds"] for r in rows if "attn/logger_seconds" in r]
+    assert len(seconds) == 2 and 0 < seconds[0] < seconds[1]
+    files = sorted(p.name for p in (tmp_path / "logs" / "test" / "attention").glob("*.png"))
+    assert files[:3] == ["baselines_probe0.png", "baselines_probe1.png", "step000020_probe0.png"]
 
 
 def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
@@ -128,7 +141,7 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
         raise AssertionError("a training step ran before the probe line was checked")
 
     monkeypatch.setattr(LitGPT, "training_step", no_training)
-    cfg = train_cfg("callbacks.attention_maps.probe_text='床前ABC'", "logger=none", "trainer.num_sanity_val_steps=0")
+    cfg = train_cfg("callbacks.attention_maps.probe_lines=['床前ABC']", "logger=none", "trainer.num_sanity_val_steps=0")
     with pytest.raises(ValueError, match="ABC"):
         train_script.train(cfg)
 
@@ -139,7 +152,8 @@ def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path):
 
     ranks = write_ranks(learn_ranks(POEMS, 256 + 64), tmp_path / "poems.tiktoken")
     cfg = train_cfg("tokenizer=tiktoken", f"tokenizer.encoding={ranks}", "trainer.max_steps=4",
-                    "trainer.val_check_interval=4", "logger=none", "~callbacks.samples")
+                    "trainer.val_check_interval=4", "logger=none", "~callbacks.samples",
+                    "callbacks.attention_maps.probe_lines=['床前明月光']")  # BPE: 12 characters pass block 16
     metrics = train_script.train(cfg)
     assert torch.isfinite(torch.tensor(metrics["val/bpc"]))
     scfg = sample_cfg((cfg, metrics, tmp_path), prompt="舉頭", num_samples=2, max_new_tokens=20, top_k=None, seed=1)
@@ -168,3 +182,22 @@ def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path
     with pytest.raises(EncodingUnavailableError, match="TIKTOKEN_CACHE_DIR"):
         train_script.train(cfg)
     assert not (tmp_path / "cache").exists()
+
+
+def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
+    """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)."""
+    import model.lit
+    from model.gpt import GPT
+
+    built = {}
+
+    class Recorded(GPT):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            built.update(cfg=cfg, state={k: v.clone() for k, v in self.state_dict().items()})
+
+    monkeypatch.setattr(model.lit, "GPT", Recorded)
+    train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none"))
+    torch.manual_seed(7)
+    fresh = GPT(built["cfg"]).state_dict()
+    assert all(torch.equal(fresh[k], v) for k, v in built["state"].items())

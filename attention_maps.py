@@ -1,0 +1,157 @@
+"""What a trained model's attention heads learned, beside the lesson's random attention:
+`python attention_maps.py ckpt_path=checkpoints/<run>/last.ckpt text=床前明月光，疑是地上霜。`
+
+Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
+`layer{l}.png` (rows: the trained heads, the same heads at initialisation, the lesson's
+section 3 map from random q, k and its section 5 random head, one colour scale), and
+`attention_maps.json`: the per-head statistics of `model/attention_stats.py` on the probe
+line and on held-out poems, the baselines' means and spreads, the flags and the pattern
+names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+import rootutils
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
+
+from data.datamodule import heldout_poems  # noqa: E402
+from model.attention import check_backend  # noqa: E402
+from model.attention_stats import (  # noqa: E402
+    STATISTICS,
+    baseline_statistics,
+    head_rows,
+    lesson_head_maps,
+    lesson_qk_maps,
+    mean_statistics,
+)
+from model.gpt import GPT  # noqa: E402
+from model.lit import latest_checkpoint, load_for_inference  # noqa: E402
+from model.plots import attention_grid  # noqa: E402
+from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+
+ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
+          "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevline"}
+
+
+def batch_maps(gpt: GPT, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Attention maps of sequences of different lengths in one pass: each (1, T_s) int64 →
+    (n_layer, n_head, T_s, T_s). Shorter sequences are padded at the end; by causality the
+    padding changes no row of the real positions."""
+    T = max(s.size(1) for s in sequences)
+    idx = torch.zeros(len(sequences), T, dtype=torch.long)
+    for b, s in enumerate(sequences):
+        idx[b, : s.size(1)] = s[0]
+    maps = torch.stack(gpt.attention_maps(idx), dim=1).float()  # (B, n_layer, n_head, T, T)
+    return [maps[b, :, :, : s.size(1), : s.size(1)] for b, s in enumerate(sequences)]
+
+
+def summary(stats: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """{name: samples} → {name: {"mean", "std"}} (population std; a single value has std 0)."""
+    return {n: {"mean": v.float().mean().item(), "std": v.float().std(correction=0).item()} for n, v in stats.items()}
+
+
+def measure(cfg: DictConfig, learned: list[torch.Tensor], init: list[torch.Tensor], token_lists: list[list[str]]) -> dict:
+    """Per-head rows and baseline summaries for a set of sequences (their learned and initial maps)."""
+    b = cfg.baselines
+    lesson = baseline_statistics(token_lists, b.n_samples, b.d, b.d_model, b.d_head, b.seed)
+    init_stats = {n: v.flatten() for n, v in mean_statistics(init, token_lists).items()}  # over all heads
+    references = {"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init_stats}
+    return {
+        "heads": head_rows(mean_statistics(learned, token_lists), references, cfg.flag.k, cfg.flag.min_effect),
+        "baselines": {"uniform": {n: v.item() for n, v in lesson["uniform"].items()},
+                      **{name: summary(s) for name, s in references.items()}},
+    }
+
+
+def format_table(title: str, result: dict) -> str:
+    """The statistics as a text table: baselines (mean ± std), then one row per head; a
+    flagged value is marked + (high) or − (low)."""
+    head = f"{'':<22}" + "".join(f"{ABBREV[n]:>11}" for n in STATISTICS) + "  pattern"
+    lines = [title, head]
+    base = result["baselines"]
+    lines.append(f"{'uniform causal map':<22}" + "".join(f"{base['uniform'][n]:>11.3f}" for n in STATISTICS))
+    for name, label in (("lesson_qk", "lesson §3 random q,k"), ("lesson_head", "lesson §5 random head"),
+                        ("init", "model at init")):
+        lines.append(f"{label:<22}" + "".join(f"{base[name][n]['mean']:>6.3f}±{base[name][n]['std']:<4.2f}"
+                                              for n in STATISTICS))
+    for r in result["heads"]:
+        cells = []
+        for n in STATISTICS:
+            mark = {"high": "+", "low": "−"}.get(r["flags"].get(n), " ")
+            cells.append(f"{'n/a':>10} " if r[n] is None else f"{r[n]:>10.3f}{mark}")
+        lines.append(f"{'L%dH%d' % (r['layer'], r['head']):<22}" + "".join(cells) + f"  {r['pattern']}")
+    return "\n".join(lines)
+
+
+def attention_report(cfg: DictConfig) -> dict:
+    """Compute, draw and write everything; returns the JSON report.
+
+    raises FileNotFoundError (no checkpoint, no corpus), UnknownCharactersError (text
+    outside the vocabulary), ValueError (text longer than block_size − 1), BackendUnavailableError.
+    """
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
+    lit = load_for_inference(ckpt, "cpu", cfg.backend)
+    gpt, block_size = lit.gpt, lit.gpt.cfg.block_size
+    check_backend(gpt.cfg.attention, "cpu", torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    idx, tokens = lit.encode_line(cfg.text)  # raises for unknown characters or a too long text
+    poems = heldout_poems(cfg.heldout.corpus_path, lit.hparams.script, cfg.heldout.n_poems, cfg.heldout.forms,
+                          block_size - 1)
+    encoded = [lit.encode_line(poem) for poem in poems]
+    torch.manual_seed(cfg.init_seed)
+    init_gpt = GPT(gpt.cfg).eval()  # the weights training started from (same seed, same shape)
+
+    sequences = [idx, *(ids for ids, _ in encoded)]
+    learned, init = batch_maps(gpt, sequences), batch_maps(init_gpt, sequences)
+    heldout_tokens = [t for _, t in encoded]
+    report = {
+        "checkpoint": str(ckpt), "text": "".join(tokens[1:]), "tokens": tokens,
+        "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+                     for k in ("backend", "init_seed", "heldout", "baselines", "flag")},
+        "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",
+                       "rows": "each a mean over rows i ≥ 1 where defined; held-out: mean over poems",
+                       "flag": f"|value − mean| > {cfg.flag.k} std and > {cfg.flag.min_effect} for every baseline "
+                               "(lesson_qk and lesson_head over seeds, init over the model's heads)"},
+        "probe": measure(cfg, learned[:1], init[:1], [tokens]),
+        "heldout": {"poems": len(poems), **measure(cfg, learned[1:], init[1:], heldout_tokens)} if poems else None,
+    }
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / ckpt.parent.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n_layer, n_head, T, _ = learned[0].shape
+    b = cfg.baselines
+    lesson = torch.stack([lesson_qk_maps(T, n_head, b.d, b.seed), lesson_head_maps(T, n_head, b.d_model, b.d_head, b.seed)])
+    report["figures"] = []
+    for layer in range(n_layer):
+        grid = torch.cat([learned[0][layer : layer + 1], init[0][layer : layer + 1], lesson])  # (4, n_head, T, T)
+        fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {ckpt.parent.name}",
+                             row_titles=["trained", f"at initialisation\n(seed {cfg.init_seed})",
+                                         f"lesson §3\nrandom q, k (d={b.d})", "lesson §5\nrandom x, W_q, W_k"],
+                             col_titles=[f"head {h} / map {h}" for h in range(n_head)])
+        fig.savefig(out_dir / f"layer{layer}.png", dpi=100)
+        report["figures"].append(str(out_dir / f"layer{layer}.png"))
+    report["json"] = str(out_dir / "attention_maps.json")
+    Path(report["json"]).write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    return report
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="attention_maps")
+@exit_on_user_error
+def main(cfg: DictConfig) -> None:
+    report = attention_report(cfg)
+    print(format_table(f"probe 「{report['text']}」 ({len(report['tokens'])} positions)", report["probe"]))
+    if report["heldout"]:
+        print()
+        print(format_table(f"held-out: {report['heldout']['poems']} validation poems ({', '.join(cfg.heldout.forms)})",
+                           report["heldout"]))
+    print(f"\nwrote {report['json']} and {len(report['figures'])} figures")
+
+
+if __name__ == "__main__":
+    sys.argv = quote_non_ascii_overrides(sys.argv)
+    main()

@@ -1,0 +1,95 @@
+"""attention_maps.py on tiny checkpoints written in the test."""
+import json
+import lzma
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from attention_maps import attention_report, format_table
+from data.datamodule import heldout_poems
+from data.poetry import form_of
+from data.script import corpus_to_script
+from data.tokenizer import CharTokenizer
+from model.attention_stats import STATISTICS
+from model.lit import LitGPT
+from tests.conftest import POEMS, ROOT
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """Two copies of POEMS: the first in train, the second in val (4 wujue then 1 qijue each)."""
+    path = tmp_path / "tang.jsonl.xz"
+    with lzma.open(path, "wt", encoding="utf-8") as f:
+        for split in ("train", "val"):
+            for i, text in enumerate(POEMS):
+                f.write(json.dumps({"id": f"{split}{i}", "title": "", "author": "", "form": form_of(text),
+                                    "split": split, "text": text}, ensure_ascii=False) + "\n")
+    return path
+
+
+def write_checkpoint(path, n_layer=2, attention="sdpa", seed=1337):
+    """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed)."""
+    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
+    torch.manual_seed(seed)
+    lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0, bias=False,
+                            attention=attention), optim={}, tokenizer=tok.state_dict())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
+    return path
+
+
+def report_cfg(tmp_path, corpus, ckpt, *overrides):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("attention_maps", overrides=[
+            f"ckpt_path={ckpt}", f"out_dir={tmp_path / 'out'}", f"heldout.corpus_path={corpus}",
+            "heldout.n_poems=3", "baselines.n_samples=4", *overrides])
+
+
+def test_heldout_poems_are_the_first_validation_poems_of_the_forms(corpus):
+    assert heldout_poems(corpus, "simplified", 3, ["wujue"], 31) == corpus_to_script(POEMS[:3], "simplified")
+    assert heldout_poems(corpus, "simplified", 9, ["qijue"], 31) == []  # 出塞-length poems do not fit
+    assert heldout_poems(corpus, "traditional", 9, ["qijue"], 32) == [POEMS[5]]
+
+
+def test_report_writes_figures_and_json(tmp_path, corpus):
+    ckpt = write_checkpoint(tmp_path / "checkpoints" / "run" / "last.ckpt")
+    report = attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前明月光，疑是地上霜。'"))
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["attention_maps.json", "layer0.png", "layer1.png"]
+    assert all((out / f"layer{i}.png").stat().st_size > 10_000 for i in range(2))
+    saved = json.loads((out / "attention_maps.json").read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert saved["tokens"] == ["<bos>", *"床前明月光，疑是地上霜。"] and saved["heldout"]["poems"] == 3
+    assert [(h["layer"], h["head"]) for h in saved["probe"]["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert set(saved["probe"]["baselines"]) == {"uniform", "lesson_qk", "lesson_head", "init"}
+    # the checkpoint holds the seed-1337 initialisation, so its heads are the "at init" baseline
+    for name in STATISTICS:
+        mean = sum(h[name] for h in saved["heldout"]["heads"]) / 4
+        assert mean == pytest.approx(saved["heldout"]["baselines"]["init"][name]["mean"], abs=1e-6)
+    assert all(h["pattern"] == "random-like" for h in saved["probe"]["heads"])
+    table = format_table("probe", saved["probe"])
+    assert "lesson §3 random q,k" in table and table.count("random-like") == 4
+
+
+def test_every_backend_gives_the_same_numbers(tmp_path, corpus):
+    heads = {}
+    for backend in ("naive", "sdpa", "flash"):
+        ckpt = write_checkpoint(tmp_path / backend / "last.ckpt", n_layer=1, attention=backend, seed=0)
+        heads[backend] = attention_report(report_cfg(tmp_path, corpus, ckpt, "heldout.n_poems=1"))["heldout"]["heads"]
+    for backend in ("sdpa", "flash"):
+        for h, ref in zip(heads[backend], heads["naive"]):
+            assert [h[n] for n in STATISTICS] == pytest.approx([ref[n] for n in STATISTICS], abs=1e-6)
+
+
+def test_bad_input_is_refused_before_any_output(tmp_path, corpus):
+    ckpt = write_checkpoint(tmp_path / "run" / "last.ckpt", n_layer=1)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        attention_report(report_cfg(tmp_path, corpus, tmp_path / "missing.ckpt"))
+    with pytest.raises(ValueError, match="ABC"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前ABC'"))
+    with pytest.raises(ValueError, match="block_size 32"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{'床前明月光，' * 6}'"))
+    with pytest.raises(ValueError, match="empty"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, "text=''"))
+    assert not (tmp_path / "out").exists()

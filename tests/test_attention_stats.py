@@ -1,0 +1,149 @@
+import math
+
+import pytest
+import torch
+
+from model.attention_stats import (
+    STATISTICS,
+    baseline_statistics,
+    classify,
+    far_from,
+    head_rows,
+    head_statistics,
+    lesson_head_maps,
+    lesson_qk_maps,
+    line_structure,
+    mean_statistics,
+    uniform_causal_map,
+)
+
+LINE = ["<bos>", *"床前明月光，疑是地上霜。"]  # T = 13: marks at 6 and 12
+
+
+def one_hot_rows(targets: list[int]) -> torch.Tensor:
+    """(T, T) map where row i puts all its weight on column targets[i] (≤ i)."""
+    T = len(targets)
+    m = torch.zeros(T, T)
+    m[torch.arange(T), torch.tensor(targets)] = 1.0
+    return m
+
+
+def test_line_structure_of_the_probe_line():
+    is_mark, parallel = line_structure(LINE)
+    assert is_mark.nonzero().flatten().tolist() == [6, 12]
+    assert parallel.tolist() == [-1] * 7 + [1, 2, 3, 4, 5, 6]  # 疑→床 … 。→，
+    _, parallel = line_structure(["<bos>", *"白日，黄河入海。"])  # a longer second line
+    assert parallel.tolist() == [-1, -1, -1, -1, 1, 2, 3, -1, -1]
+
+
+def test_identity_map():
+    s = head_statistics(torch.eye(len(LINE)), LINE)
+    assert s["self"] == 1 and s["max_weight"] == 1 and s["entropy"] == 0
+    assert s["prev_token"] == 0 and s["first_token"] == 0 and s["prev_line_same_pos"] == 0
+    assert s["punctuation"] == pytest.approx(2 / 7)  # rows 6..12 see a mark; rows 6 and 12 are marks
+
+
+def test_previous_token_map():
+    T = len(LINE)
+    s = head_statistics(one_hot_rows([0, *range(T - 1)]), LINE)
+    assert s["prev_token"] == 1 and s["self"] == 0
+    assert s["first_token"] == pytest.approx(1 / (T - 1))  # only row 1's previous token is the first
+
+
+def test_first_token_punctuation_and_parallel_maps():
+    T = len(LINE)
+    assert head_statistics(one_hot_rows([0] * T), LINE)["first_token"] == 1
+    last_mark = [i if i < 6 else (6 if i < 12 else 12) for i in range(T)]  # the latest mark, else self
+    assert head_statistics(one_hot_rows(last_mark), LINE)["punctuation"] == 1
+    _, parallel = line_structure(LINE)
+    parallel_map = one_hot_rows([int(p) if p >= 0 else i for i, p in enumerate(parallel)])
+    s = head_statistics(parallel_map, LINE)
+    assert s["prev_line_same_pos"] == 1 and s["prev_token"] == 0
+
+
+def test_uniform_map_entropy_and_single_line_nan():
+    T = len(LINE)
+    s = head_statistics(uniform_causal_map(T), LINE)
+    assert s["entropy"] == pytest.approx(sum(math.log(i + 1) for i in range(1, T)) / (T - 1))
+    assert s["max_weight"] == pytest.approx(sum(1 / (i + 1) for i in range(1, T)) / (T - 1))
+    assert math.isnan(head_statistics(uniform_causal_map(4), ["<bos>", *"床前，"])["prev_line_same_pos"])
+
+
+def test_batched_maps_and_shape_errors():
+    maps = torch.stack([torch.eye(13), uniform_causal_map(13)]).expand(3, 2, 13, 13)  # (3, 2, T, T)
+    s = head_statistics(maps, LINE)
+    assert set(s) == set(STATISTICS) and all(v.shape == (3, 2) for v in s.values())
+    assert s["self"][:, 0].eq(1).all()
+    with pytest.raises(ValueError, match="T = len"):
+        head_statistics(torch.eye(5), LINE)
+    m = mean_statistics([torch.eye(13), uniform_causal_map(4)], [LINE, ["<bos>", *"床前，"]])
+    assert m["self"] == pytest.approx((1 + (1 / 2 + 1 / 3 + 1 / 4) / 3) / 2)
+    assert m["prev_line_same_pos"] == 0  # the second sequence's NaN is skipped
+
+
+def test_lesson_section_3_maps_are_the_lessons_construction():
+    T, n, d = 5, 3, 8
+    maps = lesson_qk_maps(T, n, d, seed=7)
+    gen = torch.Generator().manual_seed(7)
+    q, k = torch.randn(n, T, d, generator=gen), torch.randn(n, T, d, generator=gen)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(maps, torch.softmax(scores, dim=-1))
+    assert maps.shape == (n, T, T) and (maps.triu(1) == 0).all()
+    torch.testing.assert_close(maps.sum(-1), torch.ones(n, T))
+    assert torch.equal(maps, lesson_qk_maps(T, n, d, seed=7)) and not torch.equal(maps, lesson_qk_maps(T, n, d, seed=8))
+
+
+def test_lesson_scaling_keeps_attention_spread_as_in_section_4():
+    """The lesson's section 4: without 1/√d the largest weight per row nears 1 at d = 256."""
+    tokens = ["<bos>", *"一" * 15]
+    scaled = head_statistics(lesson_qk_maps(16, 64, d=256, seed=0), tokens)["max_weight"].mean()
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(64, 16, 256, generator=gen), torch.randn(64, 16, 256, generator=gen)
+    unscaled = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(),
+                                                                  float("-inf")), -1)
+    assert scaled < 0.6 < 0.9 < head_statistics(unscaled, tokens)["max_weight"].mean()
+
+
+def test_lesson_section_5_head_is_the_lessons_construction():
+    T, n, d_model, d_head = 5, 2, 16, 8
+    maps = lesson_head_maps(T, n, d_model, d_head, seed=3)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, T, d_model, generator=gen)
+    W_q = torch.randn(n, d_model, d_head, generator=gen) / math.sqrt(d_model)
+    W_k = torch.randn(n, d_model, d_head, generator=gen) / math.sqrt(d_model)
+    scores = (x @ W_q) @ (x @ W_k).transpose(-2, -1) / math.sqrt(d_head)
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(maps, torch.softmax(scores, -1))
+    assert maps.shape == (n, T, T) and (maps.triu(1) == 0).all()
+    with pytest.raises(ValueError):
+        lesson_head_maps(0, 1)
+
+
+def test_baseline_statistics_shapes_and_reproducibility():
+    lists = [LINE, ["<bos>", *"白日依山尽，黄河入海流。"]]
+    b = baseline_statistics(lists, n_samples=8, seed=1)
+    assert set(b) == {"uniform", "lesson_qk", "lesson_head"}
+    assert all(v.shape == (8,) for v in b["lesson_qk"].values()) and b["uniform"]["entropy"].shape == ()
+    assert torch.equal(b["lesson_head"]["self"], baseline_statistics(lists, n_samples=8, seed=1)["lesson_head"]["self"])
+    assert 0.3 < b["lesson_qk"]["max_weight"].mean() < 0.55  # the lesson's d = 8 rows: spread, not one-hot
+
+
+def test_far_from_and_pattern_names():
+    samples = torch.tensor([0.18, 0.20, 0.22])
+    assert far_from(0.9, samples) == 1 and far_from(0.0, samples) == -1
+    assert far_from(0.25, samples) == 0  # beyond 3 std but less than min_effect
+    assert far_from(float("nan"), samples) == 0
+    base = {n: torch.tensor([0.18, 0.2, 0.22]) for n in STATISTICS}
+    base["entropy"] = torch.tensor([1.5, 1.6, 1.7])
+    baselines = {"lesson_qk": base, "init": {n: v + 0.01 for n, v in base.items()}}
+    prev_head = {**{n: 0.2 for n in STATISTICS}, "entropy": 0.5, "prev_token": 0.9, "self": 0.6}
+    flags, pattern = classify(prev_head, baselines)
+    assert flags == {"entropy": "low", "prev_token": "high", "self": "high"} and pattern == "previous-token head"
+    assert classify({**{n: 0.2 for n in STATISTICS}, "entropy": 1.6}, baselines) == ({}, "random-like")
+    assert classify({**{n: 0.2 for n in STATISTICS}, "entropy": 0.3}, baselines)[1] == "focused"
+    stats = {n: torch.full((2, 3), 0.2) for n in STATISTICS}
+    stats["entropy"] = torch.full((2, 3), 1.6)
+    stats["prev_line_same_pos"][1, 2] = 0.8
+    rows = head_rows(stats, baselines)
+    assert len(rows) == 6 and (rows[5]["layer"], rows[5]["head"]) == (1, 2)
+    assert rows[5]["pattern"] == "parallel-position head" and rows[0]["pattern"] == "random-like"
