@@ -46,6 +46,9 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     """
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
+                         "use device=cpu or device=auto")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
     lit = load_for_inference(ckpt, device, cfg.backend)
     gpt, tok = lit.gpt, lit.tokenizer
@@ -61,8 +64,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
         if live:
             print(break_couplets(stream.feed(nxt[0].tolist())), end="", file=out, flush=True)
     poems = [tok.decode(row.tolist()) for row in torch.cat(tokens, dim=1)]
-    settings = {"ckpt_path": str(ckpt), **OmegaConf.to_container(cfg, resolve=True)}
-    settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS)}
+    settings = {**OmegaConf.to_container(cfg, resolve=True), "ckpt_path": str(ckpt), "device": device}
+    settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS, "device", "backend")}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             print(json.dumps({"poem": poem, "index": i, **settings}, ensure_ascii=False), file=out)

@@ -3,7 +3,7 @@
 `PoemConstraint` is a logits processor for `GPT.generate`: at each step it sets to -inf the
 logits of every token that would break the requested shape, so 100% of the poems have it:
 - `form` (wujue, qijue, wulv, qilv): each line has the form's number of characters, `，`
-  closes the odd lines and `。` the even ones, and the poem ends (`<eos>`) after 4 or 8 lines;
+  closes the odd lines and `。` the even ones (and the last line, for an odd acrostic), and the poem ends (`<eos>`) after 4 or 8 lines;
 - `acrostic`: line i starts with the acrostic's i-th character; without `form` the line
   count is the acrostic's length and the first line's length (5 or 7) sets the others';
 - `rhyme`: the last characters of the even lines share one 平水韵 level-tone group and do
@@ -110,7 +110,7 @@ class PoemConstraint:
         """(what comes next, in words; the characters allowed, None = any hanzi) — for a row."""
         if row.ended:
             return f"the poem ends after {row.line} lines", set()
-        mark = MARKS[row.line % 2]
+        mark = MARKS[1] if row.line + 1 == self.n_lines else MARKS[row.line % 2]  # the last line ends with 。
         n = row.n_chars or self.n_chars
         if n is not None and row.pos == n:
             return f"line {row.line + 1} ends with {mark} after {n} characters", {mark}

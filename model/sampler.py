@@ -12,10 +12,10 @@ import torch
 
 from data.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError
-from data.poetry import is_hanzi
+from data.poetry import LINE_END, is_hanzi
 from model.constraints import PoemConstraint
 from model.lit import LitGPT
-from model.sampling import RepetitionPenalty, check_sampling_args
+from model.sampling import EndAfterSentence, RepetitionPenalty, check_sampling_args
 
 
 @dataclass
@@ -69,6 +69,7 @@ def to_model_text(text: str, lit: LitGPT) -> str:
 def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
     """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, 1)).
 
+    A poem ends only right after a sentence-final mark (。？！；), and `form` fixes where.
     Every check runs before the first token: raises ValueError for bad sampling arguments,
     a prompt or acrostic outside the vocabulary, or a prompt that breaks the form;
     max_new_tokens too small for the form.
@@ -79,7 +80,9 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     tok, device = lit.tokenizer, lit.device
     prompt = to_model_text(opts.prompt, lit)
     acrostic = to_model_text(opts.acrostic, lit)
-    processors: list[Callable] = []
+    texts = [tok.decode([i]) for i in range(tok.vocab_size)]
+    closers = torch.tensor([t.endswith(tuple(LINE_END[1:])) for t in texts])  # (V,) bool
+    processors: list[Callable] = [EndAfterSentence(closers, tok.bos_id, tok.eos_id)]
     if opts.form or acrostic or opts.rhyme:
         constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
         constraint.check_text(prompt)
@@ -88,7 +91,7 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
             raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
         processors.append(constraint)
     if opts.repetition_penalty != 1.0:
-        penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
+        penalised = torch.tensor([any(map(is_hanzi, t)) for t in texts])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
     start = torch.tensor([tok.encode(prompt, bos=True)] * opts.num_samples, device=device)  # (B, T0)

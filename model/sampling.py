@@ -86,3 +86,23 @@ class RepetitionPenalty:
         seen &= self.penalised.to(logits.device)
         scaled = torch.where(logits > 0, logits / self.penalty, logits * self.penalty)
         return torch.where(seen, scaled, logits)
+
+
+class EndAfterSentence:
+    """Lets a poem end (`eos_id`) only right after a token whose text ends a sentence
+    (。？！；), and never samples `bos_id`: no empty poems, no poem cut mid-line.
+
+    closers: (V,) bool, the tokens after which the poem may end (`eos_id` is added: an
+    ended row keeps getting `<eos>`).
+    """
+
+    def __init__(self, closers: torch.Tensor, bos_id: int, eos_id: int):
+        self.closers, self.bos_id, self.eos_id = closers.clone(), bos_id, eos_id
+        self.closers[eos_id] = True
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.clone()
+        logits[:, self.bos_id] = float("-inf")
+        may_end = self.closers.to(idx.device)[idx[:, -1]]  # (B,)
+        logits[~may_end, self.eos_id] = float("-inf")
+        return logits

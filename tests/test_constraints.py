@@ -47,6 +47,17 @@ def test_acrostic_lines_start_with_its_characters(lit, form):
         assert form_of(p) == (form or form_of(p)) and form_of(p) in (("wujue", "qijue") if form is None else (form,))
 
 
+def test_an_odd_acrostic_ends_its_last_line_with_a_full_stop(lit):
+    for p in poems(lit, 20, acrostic="春花明"):
+        lines = split_lines(p)
+        assert [line[-1] for line in lines] == ["，", "。", "。"] and "".join(line[0] for line in lines) == "春花明"
+
+
+def test_without_a_form_poems_still_end_after_a_full_stop(lit):
+    out = poems(lit, 50, max_new_tokens=60)
+    assert all(p[-1] in "。？！；" or len(p) == 60 for p in out) and "" not in out
+
+
 def test_acrostic_in_simplified_is_converted_to_the_model_script(lit):
     out = poems(lit, 5, acrostic="万里千山", form="qijue")  # 萬 in the vocabulary, 万 given
     assert all("".join(line[0] for line in split_lines(p)) == "萬里千山" for p in out)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from model.attention import BACKENDS, CausalSelfAttention, KVCache
 from model.gpt import GPT, GPTConfig
-from model.sampling import RepetitionPenalty, next_token, top_k_filter, top_p_filter
+from model.sampling import EndAfterSentence, RepetitionPenalty, next_token, top_k_filter, top_p_filter
 
 
 def tiny(block_size=80, **kw):
@@ -145,3 +145,13 @@ def test_cache_takes_the_dtype_of_the_keys_under_autocast():
         cache = m.new_cache()
         m(out, cache=cache)
     assert out.shape == (2, 9) and cache[0].k.dtype == torch.bfloat16 and cache[0].length == 9
+
+
+def test_a_poem_ends_only_after_a_sentence_final_mark():
+    closers = torch.tensor([False, False, True, False])  # <bos>, <eos>, 。, 月
+    end = EndAfterSentence(closers, bos_id=0, eos_id=1)
+    logits = torch.zeros(3, 4)
+    out = end(torch.tensor([[0, 3], [0, 2], [2, 1]]), logits)  # after 月, after 。, an ended row
+    assert torch.isneginf(out[:, 0]).all()  # <bos> never
+    assert torch.isneginf(out[0, 1]) and out[1, 1] == 0 and out[2, 1] == 0
+    assert torch.equal(logits, torch.zeros(3, 4))  # the input is not modified

@@ -79,6 +79,7 @@ def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     (tmp_path / "cache").rename(tmp_path / "cache-moved")  # nor the prepared data
     poems = sample_script.sample(scfg)
     assert len(poems) == 3 and all(p.startswith("举头") for p in poems)  # prompt converted to simplified
+    assert all(p[-1] == "。" or len(p) == 2 + 30 for p in poems)  # ended after a full stop, or ran out
     assert sample_script.sample(scfg) == poems  # same seed, same poems
     scfg.backend = "naive"
     assert sample_script.sample(scfg) == poems  # another backend, the same model
@@ -102,8 +103,19 @@ def test_sample_script_writes_jsonl_with_the_settings(trained):
     poems = sample_script.sample(sample_cfg(trained, form="wujue", num_samples=3, format="jsonl", seed=7), out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["poem"] for r in records] == poems and [r["index"] for r in records] == [0, 1, 2]
-    assert all(r["seed"] == 7 and r["form"] == "wujue" and r["top_p"] is None for r in records)
+    assert all(r["seed"] == 7 and r["form"] == "wujue" and r["top_p"] is None and r["device"] == "cpu" for r in records)
+    out = io.StringIO()
+    cfg = sample_cfg(trained, num_samples=1, format="jsonl", ckpt_path=None,
+                     paths={"checkpoint_dir": str(trained[2] / "checkpoints")})
+    sample_script.sample(cfg, out)
+    assert json.loads(out.getvalue())["ckpt_path"].endswith("test/last.ckpt")  # the one used, not null
     assert all(form_of(p) == "wujue" for p in poems)  # 25 tokens > block_size 16: the cache is re-filled
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's message")
+def test_sample_on_cuda_without_a_gpu_is_a_one_line_error(trained):
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        sample_script.sample(sample_cfg(trained, device="cuda"))
 
 
 def test_sample_script_streams_a_single_poem(trained):
