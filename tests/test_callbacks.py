@@ -29,8 +29,9 @@ def rss_bytes() -> int:
 @pytest.mark.parametrize("n_logs", [10, pytest.param(100, marks=pytest.mark.slow)])
 def test_memory_stays_flat_and_no_figure_stays_open(tmp_path, n_logs):
     """Each log draws and frees its figures. The 100-log run (`-m slow`) also bounds the RSS
-    growth after warm-up (matplotlib's caches fill during the first logs): a figure kept per
-    log would add about 1.5 MiB each, 120 MiB over the measured 80 logs."""
+    growth after warm-up (matplotlib's caches and the allocator settle over the first half):
+    a figure kept per log would add about 1.5 MiB each, 75 MiB over the measured 50 logs;
+    the bound, 30 MiB, leaves room for the allocator's noise (about 20 MiB seen here)."""
     lit = tiny_lit()
     logger = AttentionMapLogger(["床前"], n_samples=4)
     trainer = types.SimpleNamespace(default_root_dir=str(tmp_path), global_step=0, loggers=[])
@@ -39,7 +40,7 @@ def test_memory_stays_flat_and_no_figure_stays_open(tmp_path, n_logs):
     for step in range(n_logs):
         trainer.global_step = step
         logger.log_probes(trainer, lit)
-        if step in (19, 99):
+        if step in (49, 99):
             gc.collect()
             rss[step] = rss_bytes()
     gc.collect()  # a Figure's artists hold reference cycles: freed by the collector, not at once
@@ -47,7 +48,7 @@ def test_memory_stays_flat_and_no_figure_stays_open(tmp_path, n_logs):
     assert not [o for o in gc.get_objects() if type(o) is Figure]  # no figure kept alive
     assert len(list((tmp_path / "attention").glob("step*_probe0.png"))) == n_logs
     if n_logs == 100:
-        assert rss[99] - rss[19] < 20 * 2**20
+        assert rss[99] - rss[49] < 30 * 2**20
 
 
 def test_probes_are_checked_at_setup():
