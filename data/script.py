@@ -36,11 +36,16 @@ def corpus_to_script(texts: list[str], script: str) -> list[str]:
     return [convert(t) for t in texts]
 
 
+HALF_TO_FULL = str.maketrans(",.?!;:", "，。？！；：")
+"""ASCII punctuation typed for the full-width marks the corpus uses."""
+
+
 def prompt_to_script(text: str, script: str) -> str:
     """A user's text in either script → `script` (OpenCC t2s or s2t); full-width punctuation
-    is kept. raises ValueError for an unknown script."""
+    is kept, ASCII `,.?!;:` made full-width as in the corpus. raises ValueError for an
+    unknown script."""
     _check(script)
-    return _converter(_PROMPT[script]).convert(text)
+    return _converter(_PROMPT[script]).convert(text.translate(HALF_TO_FULL))
 
 
 def reference_to_script(text: str, script: str) -> str:

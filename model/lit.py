@@ -18,8 +18,8 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
-from data.script import prompt_to_script
-from data.tokenizer import tokenizer_from_state
+from data.script import prompt_to_script, variants
+from data.tokenizer import UnknownCharactersError, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 
 
@@ -41,6 +41,25 @@ class LitGPT(L.LightningModule):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
         return self.gpt(idx, targets)
 
+    def to_model_text(self, text: str) -> str:
+        """A user's text (either script) → the model's script (`data.script.prompt_to_script`).
+
+        raises UnknownCharactersError listing the characters still outside the vocabulary,
+        with the in-vocabulary variants OpenCC knows for them as suggestions.
+        """
+        script = self.hparams.script
+        text = prompt_to_script(text, script)
+        try:
+            self.tokenizer.encode(text)
+        except UnknownCharactersError as err:
+            hints = {c: sorted({v for v in (prompt_to_script(v, script) for v in variants(c))
+                                if not self.tokenizer.unknown(v)}) for c in err.unknown}
+            said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items() if v)
+            if not said:
+                raise
+            raise UnknownCharactersError(err.unknown, f"Variants in the vocabulary: {said}.") from None
+        return text
+
     def encode_line(self, text: str) -> tuple[torch.Tensor, list[str]]:
         """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
         module's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
@@ -50,7 +69,7 @@ class LitGPT(L.LightningModule):
         """
         if not text:
             raise ValueError("the text is empty; give a line of poetry, e.g. text=床前明月光，疑是地上霜。")
-        text = prompt_to_script(text, self.hparams.script)
+        text = self.to_model_text(text)
         ids = self.tokenizer.encode(text, bos=True)
         if len(ids) > self.gpt.cfg.block_size:
             raise ValueError(f"the text has {len(text)} characters; with <bos> that is {len(ids)} positions, more "

@@ -10,8 +10,6 @@ from typing import Callable, Iterator
 
 import torch
 
-from data.script import prompt_to_script, variants
-from data.tokenizer import UnknownCharactersError
 from data.poetry import LINE_END, is_hanzi
 from model.constraints import PoemConstraint
 from model.lit import LitGPT
@@ -40,32 +38,6 @@ class SamplingOptions:
     use_cache: bool = True
 
 
-HALF_TO_FULL = str.maketrans(",.?!;:", "，。？！；：")
-"""ASCII punctuation typed for the full-width marks the corpus uses."""
-
-
-def to_model_text(text: str, lit: LitGPT) -> str:
-    """A user's text → the model's script (OpenCC; full-width punctuation kept, ASCII
-    `,.?!;:` made full-width, as in the corpus).
-
-    raises ValueError (an UnknownCharactersError) listing the characters still outside the
-    vocabulary, with the in-vocabulary variants OpenCC knows for them as suggestions.
-    """
-    text = prompt_to_script(text.translate(HALF_TO_FULL), lit.hparams.script)
-    try:
-        lit.tokenizer.encode(text)
-    except UnknownCharactersError as err:
-        script = lit.hparams.script
-        hints = {c: sorted({v for v in map(lambda v: prompt_to_script(v, script), variants(c)) if not lit.tokenizer.unknown(v)})
-                 for c in err.unknown}
-        hints = {c: v for c, v in hints.items() if v}
-        if not hints:
-            raise
-        said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items())
-        raise UnknownCharactersError(err.unknown, f"Variants in the vocabulary: {said}.") from None
-    return text
-
-
 def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
     """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, 1)).
 
@@ -78,8 +50,8 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
     tok, device = lit.tokenizer, lit.device
-    prompt = to_model_text(opts.prompt, lit)
-    acrostic = to_model_text(opts.acrostic, lit)
+    prompt = lit.to_model_text(opts.prompt)
+    acrostic = lit.to_model_text(opts.acrostic)
     texts = [tok.decode([i]) for i in range(tok.vocab_size)]
     closers = torch.tensor([t.endswith(tuple(LINE_END[1:])) for t in texts])  # (V,) bool
     processors: list[Callable] = [EndAfterSentence(closers, tok.bos_id, tok.eos_id)]
