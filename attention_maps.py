@@ -4,7 +4,7 @@
 Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
 `layer{l}.png` (rows: the trained heads, the same heads at initialisation, the lesson's
 section 3 map from random q, k and its section 5 random head, one colour scale), and
-`attention_maps.json`: the per-head statistics of `model/attention_stats.py` on the probe
+`attention_maps.json`: the per-head statistics of `model/inspection/attention_stats.py` on the probe
 line and on held-out poems, the baselines' means and spreads, the flags and the pattern
 names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
 """
@@ -23,7 +23,7 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.datamodule import heldout_poems  # noqa: E402
 from model.attention import check_backend  # noqa: E402
-from model.attention_stats import (  # noqa: E402
+from model.inspection.attention_stats import (  # noqa: E402
     STATISTICS,
     baseline_statistics,
     head_rows,
@@ -32,9 +32,9 @@ from model.attention_stats import (  # noqa: E402
     mean_statistics,
 )
 from model.gpt import GPT  # noqa: E402
-from model.lit import latest_checkpoint, load_for_inference  # noqa: E402
-from model.plots import attention_grid  # noqa: E402
-from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
+from model.inspection.plots import attention_grid  # noqa: E402
+from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
           "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevline"}

@@ -20,9 +20,9 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 from data.poetry import LINE_END  # noqa: E402
 from data.tokenizer import StreamDecoder  # noqa: E402
 from model.attention import check_backend  # noqa: E402
-from model.lit import latest_checkpoint, load_for_inference  # noqa: E402
-from model.runtime import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.sampler import SamplingOptions, stream_poems  # noqa: E402
+from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
+from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
 
 OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
 

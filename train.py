@@ -17,14 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
 from data.tokenizer import tokenizer_from_state  # noqa: E402
-from model.lit import LitGPT  # noqa: E402
-from model.runtime import (  # noqa: E402
-    check_attention_backend,
-    exit_on_user_error,
-    instantiate_loggers,
-    quote_non_ascii_overrides,
-    resolve_precision,
-)
+from model.training.lit import LitGPT  # noqa: E402
+from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.training.runtime import check_attention_backend, instantiate_loggers, resolve_precision  # noqa: E402
 
 MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
 

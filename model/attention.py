@@ -81,7 +81,7 @@ def causal_attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tenso
     q: (..., T, d_k), k: (..., L, d_k) float; mask: (T, L) bool, True where a query may look
     (the lower triangle; with a KV cache its bottom T rows) → (..., T, L) float, rows sum to
     1, masked entries exactly 0. Used by the `naive` backend and by the random baselines of
-    `model/attention_stats.py`.
+    `model/inspection/attention_stats.py`.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, L)
     scores = scores.masked_fill(~mask, float("-inf"))  # future → -inf

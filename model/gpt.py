@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from model.attention import CausalSelfAttention, KVCache
-from model.sampling import LogitsProcessor, check_sampling_args, next_token
+from model.sampling.decoding import LogitsProcessor, check_sampling_args, next_token
 
 
 @dataclass
@@ -156,7 +156,7 @@ class GPT(nn.Module):
         of the earlier ones (KV cache); when the cache is full it is re-filled with the last
         block_size // 2 tokens. Without it every step recomputes the last block_size tokens.
         Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) →
-        `model.sampling.next_token` (temperature 0 = greedy, top_k, top_p). Stops once every
+        `model.sampling.decoding.next_token` (temperature 0 = greedy, top_k, top_p). Stops once every
         row has produced eos_id; a row that ended gets eos_id. `generator` seeds the draws.
         raises ValueError for a bad temperature / top_k / top_p, non-finite logits, or a step
         where the processors allow no token.

@@ -11,8 +11,8 @@ from data.datamodule import heldout_poems
 from data.poetry import form_of
 from data.script import corpus_to_script
 from data.tokenizer import CharTokenizer
-from model.attention_stats import STATISTICS
-from model.lit import LitGPT
+from model.inspection.attention_stats import STATISTICS
+from model.training.lit import LitGPT
 from tests.conftest import POEMS, ROOT
 
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from model.attention_stats import (
+from model.inspection.attention_stats import (
     STATISTICS,
     baseline_statistics,
     classify,

@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 
 from data.script import corpus_to_script
 from data.tokenizer import CharTokenizer
-from model.callbacks import AttentionMapLogger
-from model.lit import LitGPT
+from model.training.callbacks import AttentionMapLogger
+from model.training.lit import LitGPT
 from tests.conftest import POEMS
 
 

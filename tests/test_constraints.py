@@ -5,9 +5,9 @@ import torch
 from data.poetry import FORMS, form_of, split_lines
 from data.rhyme import rhyme_groups
 from data.tokenizer import CharTokenizer, UnknownCharactersError
-from model.constraints import PoemConstraint
-from model.lit import LitGPT
-from model.sampler import SamplingOptions, sample_poems
+from model.sampling.constraints import PoemConstraint
+from model.training.lit import LitGPT
+from model.sampling.poems import SamplingOptions, sample_poems
 from tests.conftest import POEMS
 
 OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.lit import LitGPT, load_for_inference
+from model.training.lit import LitGPT, load_for_inference
 
 MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False, attention="sdpa")
 OPTIM = dict(lr=1e-3, weight_decay=0.1, betas=[0.9, 0.95], warmup_steps=10, min_lr_ratio=0.1)

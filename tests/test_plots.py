@@ -6,7 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from data.datamodule import PoetryDataModule
-from model.plots import _charmap, attention_grid, chinese_font, tick_label
+from model.inspection.plots import _charmap, attention_grid, chinese_font, tick_label
 
 
 def render(fig: Figure) -> list[str]:

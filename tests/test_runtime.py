@@ -1,6 +1,7 @@
 import torch
 
-from model.runtime import compute_dtype, quote_non_ascii_overrides, resolve_precision, wandb_logged_in
+from model.cli import quote_non_ascii_overrides
+from model.training.runtime import compute_dtype, resolve_precision, wandb_logged_in
 from sample import as_lines, latest_checkpoint
 
 import pytest
@@ -47,7 +48,7 @@ def test_sample_helpers(tmp_path):
 
 def test_user_errors_end_in_one_line_without_traceback():
     from model.attention import BackendUnavailableError
-    from model.runtime import exit_on_user_error
+    from model.cli import exit_on_user_error
 
     @exit_on_user_error
     def entry(err):

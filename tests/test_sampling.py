@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from model.attention import BACKENDS, CausalSelfAttention, KVCache
 from model.gpt import GPT, GPTConfig
-from model.sampling import EndAfterSentence, RepetitionPenalty, next_token, top_k_filter, top_p_filter
+from model.sampling.decoding import EndAfterSentence, RepetitionPenalty, next_token, top_k_filter, top_p_filter
 
 
 def tiny(block_size=80, **kw):

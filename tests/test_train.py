@@ -147,7 +147,7 @@ def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
 
 
 def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monkeypatch):
-    from model.lit import LitGPT
+    from model.training.lit import LitGPT
 
     def no_training(*args):
         raise AssertionError("a training step ran before the probe line was checked")
@@ -198,7 +198,7 @@ def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path
 
 def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
     """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)."""
-    import model.lit
+    import model.training.lit
     from model.gpt import GPT
 
     built = {}
@@ -208,7 +208,7 @@ def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
             super().__init__(cfg)
             built.update(cfg=cfg, state={k: v.clone() for k, v in self.state_dict().items()})
 
-    monkeypatch.setattr(model.lit, "GPT", Recorded)
+    monkeypatch.setattr(model.training.lit, "GPT", Recorded)
     train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none"))
     torch.manual_seed(7)
     fresh = GPT(built["cfg"]).state_dict()

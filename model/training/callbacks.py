@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from model.attention_stats import (
+from model.inspection.attention_stats import (
     STATISTICS,
     baseline_statistics,
     head_rows,
@@ -24,7 +24,7 @@ from model.attention_stats import (
     lesson_head_maps,
     lesson_qk_maps,
 )
-from model.plots import attention_grid
+from model.inspection.plots import attention_grid
 
 
 def _wandb(trainer: L.Trainer) -> WandbLogger | None:
@@ -55,7 +55,7 @@ class AttentionMapLogger(L.Callback):
     block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
     「床前明月光，疑是地上霜。」 and 王昌龄's 七言绝句 《出塞》 from the validation split);
     every_n_validations: log at every n-th validation; n_samples, flag_k, min_effect: the
-    random baselines and the flagging rule of `model.attention_stats.classify`. raises
+    random baselines and the flagging rule of `model.inspection.attention_stats.classify`. raises
     ValueError if probe_lines is empty or a single string.
 
     At setup (before training, and before a resumed run restores its weights) it checks

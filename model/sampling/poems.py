@@ -11,9 +11,9 @@ from typing import Callable, Iterator
 import torch
 
 from data.poetry import LINE_END, is_hanzi
-from model.constraints import PoemConstraint
-from model.lit import LitGPT
-from model.sampling import EndAfterSentence, RepetitionPenalty, check_sampling_args
+from model.sampling.constraints import PoemConstraint
+from model.training.lit import LitGPT
+from model.sampling.decoding import EndAfterSentence, RepetitionPenalty, check_sampling_args
 
 
 @dataclass
