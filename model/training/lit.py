@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
+from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
@@ -34,7 +35,7 @@ class LitGPT(L.LightningModule):
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
-        self.val_nats, self.val_chars = SumMetric(), SumMetric()
+        self.val_nats, self.val_tokens, self.val_chars = SumMetric(), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
@@ -76,6 +77,12 @@ class LitGPT(L.LightningModule):
                              f"than the model's block_size {self.gpt.cfg.block_size}. Use a shorter text.")
         return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
 
+    def setup(self, stage: str) -> None:
+        """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
+        token counts (a resumed run then restores the order it was trained with)."""
+        if stage == "fit" and (dm := getattr(self.trainer, "datamodule", None)) is not None:
+            self.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
+
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`."""
         x, y = batch  # (B, T), (B, T)
@@ -91,19 +98,22 @@ class LitGPT(L.LightningModule):
         self._last_step_time = None  # validation time is not training throughput
 
     def validation_step(self, batch, batch_idx):
-        """Logs `val/loss` (mean nats per token) and accumulates nats and characters for `val/bpc`."""
-        x, y = batch
-        logits, loss = self.gpt(x, y)  # logits (B, T, vocab_size)
-        self.log("val/loss", loss, prog_bar=True, batch_size=x.size(0), sync_dist=True)
-        self.val_nats.update(loss.detach() * y.numel())
-        self.val_chars.update(self.char_counts[y].sum())
+        """Accumulates the batch's nats, scored tokens and poem characters (targets -1 are not scored)."""
+        x, y = batch  # (B, T), (B, T)
+        _, loss = self.gpt(x, y)  # mean nats per scored token
+        scored = y != IGNORE  # (B, T)
+        self.val_nats.update(loss.detach() * scored.sum())
+        self.val_tokens.update(scored.sum())
+        self.val_chars.update(self.char_counts[y[scored]].sum())
 
     def on_validation_epoch_end(self) -> None:
-        """Logs `val/bpc` = total nats ÷ poem characters ÷ ln 2, summed over all ranks."""
-        bpc = self.val_nats.compute() / self.val_chars.compute() / math.log(2)
-        self.log("val/bpc", bpc, prog_bar=True)
-        self.val_nats.reset()
-        self.val_chars.reset()
+        """Logs `val/loss` = total nats ÷ scored tokens and `val/bpc` = total nats ÷ poem
+        characters ÷ ln 2, summed over all batches and ranks."""
+        nats = self.val_nats.compute()
+        self.log("val/loss", nats / self.val_tokens.compute(), prog_bar=True)
+        self.log("val/bpc", nats / self.val_chars.compute() / math.log(2), prog_bar=True)
+        for metric in (self.val_nats, self.val_tokens, self.val_chars):
+            metric.reset()
 
     def configure_optimizers(self):
         """AdamW, weight decay on matrices only (nanoGPT); linear warmup, then cosine decay to
