@@ -21,7 +21,7 @@ from model.training.lit import LitGPT  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 from model.training.runtime import check_attention_backend, instantiate_loggers, resolve_precision  # noqa: E402
 
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -42,8 +42,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if tokenizer_from_state(saved).state_dict() != tokenizer.state_dict():
             raise ValueError(f"{cfg.ckpt_path} was trained with another vocabulary than data.script={cfg.data.script} "
                              f"tokenizer={cfg.tokenizer.kind} gives; resume with the settings it was trained with.")
+    shape = OmegaConf.to_container(cfg.model, resolve=True)
     model = LitGPT(
-        model={**{k: cfg.model[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend},
+        model={**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend},
         optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
         tokenizer=tokenizer.state_dict(),
         script=cfg.data.script,

@@ -1,9 +1,13 @@
 """A GPT language model (decoder-only Transformer), in the style of nanoGPT's model.py.
 
 Token + learned position embeddings, `n_layer` pre-LayerNorm blocks (causal self-attention,
-then a GELU MLP, each added to the residual stream), a final LayerNorm and an `lm_head` tied
-to the token embedding. Initialisation as GPT-2 (Radford et al. 2019): N(0, 0.02), with the
-residual projections scaled by 1/√(2·n_layer).
+then a GELU MLP, each added to the residual stream), a final LayerNorm and an output layer:
+`head='tied'`, a linear layer tied to the token embedding (nanoGPT's), or `head='adaptive'`,
+an adaptive softmax (Grave et al. 2017, "Efficient softmax approximation for GPUs"): the
+`head_cutoffs[0]` most frequent tokens get a full-width output, rarer ones sit in tail
+clusters of width n_embd / head_div_value^k, so a step costs a fraction of a full softmax over
+every character. Initialisation as GPT-2 (Radford et al. 2019): N(0, 0.02), with the residual
+projections scaled by 1/√(2·n_layer).
 """
 from __future__ import annotations
 
@@ -30,6 +34,16 @@ class GPTConfig:
     dropout: float = 0.0  # on attention weights, residual branches and embeddings
     bias: bool = False  # bias in Linear and LayerNorm layers
     attention: str = "sdpa"  # naive | sdpa | flash
+    head: str = "tied"  # tied | adaptive
+    head_cutoffs: tuple[int, ...] = (2000, 4000)  # adaptive: frequency ranks where the tail clusters start
+    head_div_value: float = 4.0  # adaptive: each tail cluster is this many times narrower than the last
+
+    def __post_init__(self):
+        """Cutoffs past the vocabulary are dropped; a vocabulary smaller than the first cutoff (e.g.
+        a small BPE vocabulary) gets the tied head: there is nothing to save."""
+        self.head_cutoffs = tuple(c for c in self.head_cutoffs if c < self.vocab_size)
+        if self.head == "adaptive" and not self.head_cutoffs:
+            self.head = "tied"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,19 +75,32 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, n_embd)
 
 
+HEADS = ("tied", "adaptive")
+
+
 class GPT(nn.Module):
-    """cfg: GPTConfig. raises ValueError for an unknown attention backend or n_embd % n_head != 0."""
+    """cfg: GPTConfig. raises ValueError for an unknown attention backend or head, n_embd % n_head
+    != 0, or adaptive cutoffs that are not positive and increasing."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
+        if cfg.head not in HEADS:
+            raise ValueError(f"unknown head {cfg.head!r}; choose one of {', '.join(HEADS)}")
+        cutoffs = list(cfg.head_cutoffs)
+        if cfg.head == "adaptive" and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
+            raise ValueError(f"head_cutoffs {cutoffs} must be positive and strictly increasing")
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)  # position embedding
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017)
+        if cfg.head == "tied":
+            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+            self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017)
+        else:  # clusters by frequency rank; id_rank maps a token id to its rank (set_token_counts)
+            self.lm_head = nn.AdaptiveLogSoftmaxWithLoss(cfg.n_embd, cfg.vocab_size, cutoffs, cfg.head_div_value)
+            self.register_buffer("id_rank", torch.arange(cfg.vocab_size))  # (vocab_size,), saved in checkpoints
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):  # residual projections, GPT-2 §2.3
@@ -85,6 +112,18 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    @torch.no_grad()
+    def set_token_counts(self, counts: torch.Tensor) -> None:
+        """Order the adaptive softmax's clusters by token frequency: counts (vocab_size,) int, how
+        often each id occurs in the training data (ties keep id order). No-op for the tied head.
+        raises ValueError if counts has the wrong shape."""
+        if self.cfg.head != "adaptive":
+            return
+        if counts.shape != (self.cfg.vocab_size,):
+            raise ValueError(f"counts must be ({self.cfg.vocab_size},), got {tuple(counts.shape)}")
+        order = torch.sort(-counts.to(torch.int64), stable=True).indices  # (vocab_size,) ids, most frequent first
+        self.id_rank[order] = torch.arange(self.cfg.vocab_size, device=self.id_rank.device)
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; position embeddings excluded when non_embedding (nanoGPT's convention)."""
@@ -103,20 +142,29 @@ class GPT(nn.Module):
         return [KVCache(self.cfg.block_size) for _ in self.blocks]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None):
-        """idx: (B, T) int64 token ids; targets: (B, T) int64 or None.
+        """idx: (B, T) int64 token ids; targets: (B, T) int64 or None, -1 where not scored.
 
         cache: from `new_cache`; idx continues the positions it holds (and is added to it).
         returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
-        token, or None without targets). raises ValueError if the positions pass block_size.
+        scored token, or None without targets). With the adaptive head the logits are
+        log-probabilities, and None when targets are given: training needs only the loss, and
+        the full distribution is what the adaptive softmax saves computing. raises ValueError if the positions pass block_size.
         """
         x = self._embed(idx, cache[0].length if cache else 0)  # (B, T, n_embd)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)  # (B, T, n_embd)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
-        return logits, loss
+        x = self.ln_f(x)  # (B, T, n_embd)
+        if self.cfg.head == "tied":
+            logits = self.lm_head(x)  # (B, T, vocab_size)
+            loss = None if targets is None else F.cross_entropy(
+                logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+            return logits, loss
+        if targets is None:  # log-probabilities of every id, in id order
+            logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
+            return logp[:, self.id_rank].view(*idx.shape, -1), None  # (B, T, vocab_size)
+        scored = targets.reshape(-1) != -1  # (B·T,)
+        h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd), N scored positions
+        return None, self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]]).loss
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
