@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from data.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
-CACHE_VERSION = 2  # bump when the prepared format changes
+CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")
 
 

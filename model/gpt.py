@@ -206,8 +206,9 @@ class GPT(nn.Module):
         Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) →
         `model.sampling.decoding.next_token` (temperature 0 = greedy, top_k, top_p). Stops once every
         row has produced eos_id; a row that ended gets eos_id. `generator` seeds the draws.
-        raises ValueError for a bad temperature / top_k / top_p, non-finite logits, or a step
-        where the processors allow no token.
+        raises ValueError for a bad temperature / top_k / top_p, non-finite logits from the
+        model, NaN or +inf after the processors (at any temperature), or a step where the
+        processors allow no token.
         """
         check_sampling_args(temperature, top_k, top_p)
         block = self.cfg.block_size
@@ -221,7 +222,7 @@ class GPT(nn.Module):
                                  "or the precision too low")
             for process in processors:
                 logits = process(idx, logits)
-            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B, 1)
+            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B, 1); refuses NaN / +inf
             if eos_id is not None:
                 nxt = nxt.masked_fill(done[:, None], eos_id)
                 done |= nxt[:, 0] == eos_id

@@ -71,3 +71,11 @@ def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
 @pytest.fixture
 def train_cfg(tmp_path: Path, tiny_corpus: Path, monkeypatch):
     return make_train_cfg(tmp_path, tiny_corpus, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def corpus_texts() -> list[str]:
+    """The shipped corpus's poems (traditional script), for tests whose point is the real data."""
+    from data.datamodule import load_corpus
+
+    return [p["text"] for p in load_corpus(ROOT / "data" / "corpus" / "tang.jsonl.xz")]

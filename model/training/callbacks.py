@@ -25,6 +25,7 @@ from model.inspection.attention_stats import (
     lesson_qk_maps,
 )
 from model.inspection.plots import attention_grid
+from model.sampling.poems import SamplingOptions, sample_poems
 
 
 def _wandb(trainer: L.Trainer) -> WandbLogger | None:
@@ -83,7 +84,8 @@ class AttentionMapLogger(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Encode the probes (raising now for bad ones) and measure the baselines."""
         start = time.perf_counter()
-        self._probes = [pl_module.encode_line(text) for text in self.probe_lines]  # [(ids (1, T), tokens)]
+        self._probes = [pl_module.encode_line(text, f"callbacks.attention_maps.probe_lines[{p}]")
+                        for p, text in enumerate(self.probe_lines)]  # [(ids (1, T), tokens)]
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
         for (_, tokens), maps in zip(self._probes, self._init_maps):
@@ -147,23 +149,22 @@ class AttentionMapLogger(L.Callback):
 
 class SampleLogger(L.Callback):
     """Samples a few poems at each validation and logs them as a wandb table `samples`
-    (columns: step, poem). Seeded, so the same checkpoint gives the same table."""
+    (columns: step, poem), through the one sampling path (`model.sampling.poems.sample_poems`:
+    the same poem rules as `sample.py`). Seeded, so the same checkpoint gives the same table.
+    `poems` keeps the last poems sampled."""
 
     def __init__(self, num_samples: int = 4, max_new_tokens: int = 100, temperature: float = 0.8,
                  top_k: int | None = 50, seed: int = 0):
-        self.num_samples, self.max_new_tokens = num_samples, max_new_tokens
-        self.temperature, self.top_k, self.seed = temperature, top_k, seed
+        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_k=top_k, seed=seed)
         self.rows: list[list] = []
+        self.poems: list[str] = []
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (logger := _wandb(trainer)) is None:
             return
-        tok = pl_module.tokenizer
-        gen = torch.Generator(device=pl_module.device).manual_seed(self.seed)
-        start = torch.full((self.num_samples, 1), tok.bos_id, device=pl_module.device)
         with _eval_mode(pl_module.gpt):
-            out = pl_module.gpt.generate(start, self.max_new_tokens, self.temperature, self.top_k,
-                                         eos_id=tok.eos_id, generator=gen)
-        self.rows += [[trainer.global_step, tok.decode(row.tolist())] for row in out]
+            self.poems = sample_poems(pl_module, self.options)
+        self.rows += [[trainer.global_step, poem] for poem in self.poems]
         logger.log_text(key="samples", columns=["step", "poem"], data=self.rows, step=trainer.global_step)

@@ -20,7 +20,7 @@ from torchmetrics import SumMetric
 
 from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
-from data.tokenizer import UnknownCharactersError, tokenizer_from_state
+from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 
 
@@ -42,38 +42,38 @@ class LitGPT(L.LightningModule):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
         return self.gpt(idx, targets)
 
-    def to_model_text(self, text: str) -> str:
-        """A user's text (either script) → the model's script (`data.script.prompt_to_script`).
+    def to_model_text(self, text: str, option: str = "text") -> str:
+        """A user's text (either script) → the model's script; every text entering the product
+        passes here. Checks the code points (`data.tokenizer.check_code_points`), converts only
+        what is not already in the model's script (`data.script.prompt_to_script`, with the
+        characters the model was trained on), and checks the vocabulary.
 
-        raises UnknownCharactersError listing the characters still outside the vocabulary,
-        with the in-vocabulary variants OpenCC knows for them as suggestions.
+        option: the text's name in messages (`prompt`, `acrostic`, ...). raises
+        InvalidCodePointsError, UnknownCharactersError naming the option and the characters
+        still outside the vocabulary, with the in-vocabulary variants OpenCC knows for them.
         """
-        script = self.hparams.script
-        text = prompt_to_script(text, script)
-        try:
-            self.tokenizer.encode(text)
-        except UnknownCharactersError as err:
-            hints = {c: sorted({v for v in (prompt_to_script(v, script) for v in variants(c))
-                                if not self.tokenizer.unknown(v)}) for c in err.unknown}
+        script, tok = self.hparams.script, self.tokenizer
+        text = prompt_to_script(check_code_points(text, option), script, tok.known_characters)
+        if unknown := tok.unknown(text):
+            hints = {c: sorted({v for v in (prompt_to_script(v, script, tok.known_characters) for v in variants(c))
+                                if not tok.unknown(v)}) for c in unknown}
             said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items() if v)
-            if not said:
-                raise
-            raise UnknownCharactersError(err.unknown, f"Variants in the vocabulary: {said}.") from None
+            raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
         return text
 
-    def encode_line(self, text: str) -> tuple[torch.Tensor, list[str]]:
+    def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
         """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
         module's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
 
-        raises UnknownCharactersError listing characters outside the vocabulary, ValueError
-        if the text is empty or T exceeds the model's block_size.
+        option: the text's name in messages. raises as `to_model_text`; ValueError if the text
+        is empty or T exceeds the model's block_size.
         """
         if not text:
-            raise ValueError("the text is empty; give a line of poetry, e.g. text=床前明月光，疑是地上霜。")
-        text = self.to_model_text(text)
+            raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
+        text = self.to_model_text(text, option)
         ids = self.tokenizer.encode(text, bos=True)
         if len(ids) > self.gpt.cfg.block_size:
-            raise ValueError(f"the text has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
+            raise ValueError(f"{option} has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
                              f"than the model's block_size {self.gpt.cfg.block_size}. Use a shorter text.")
         return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
 
