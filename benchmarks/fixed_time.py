@@ -210,7 +210,7 @@ def main(argv=None) -> None:
         (out_dir / "fixed-time-reference-cpu.json").write_text(json.dumps(result, indent=2))
         return
     variants = [v.partition("=")[::2] for v in (args.variant or ["default="])]
-    budget = [f"+trainer.max_time=00:00:{args.seconds // 60:02d}:{args.seconds % 60:02d}",
+    budget = [f"trainer.max_time=00:00:{args.seconds // 60:02d}:{args.seconds % 60:02d}",
               "trainer.max_steps=-1"] if args.quick else []
     rows = []
     for name, overrides in variants:

@@ -37,6 +37,10 @@ class GPTConfig:
     head: str = "tied"  # tied | adaptive
     head_cutoffs: tuple[int, ...] = (2000, 4000)  # adaptive: frequency ranks where the tail clusters start
     head_div_value: float = 4.0  # adaptive: each tail cluster is this many times narrower than the last
+    pos_emb: str = "learned"  # learned (a table of block_size vectors) | rope (rotary, in the attention)
+    qk_norm: bool = False  # RMS-normalise q and k per head before the scores
+    mlp_act: str = "gelu"  # gelu | relu2 (ReLU squared: So et al. 2021, "Primer")
+    zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
 
     def __post_init__(self):
         """Cutoffs past the vocabulary are dropped; a vocabulary smaller than the first cutoff (e.g.
@@ -50,15 +54,18 @@ class GPTConfig:
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward network: Linear(n_embd → 4·n_embd), GELU, Linear back, dropout."""
+    """Position-wise feed-forward network: Linear(n_embd → 4·n_embd), GELU or ReLU², Linear back, dropout."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.relu2 = cfg.mlp_act == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, n_embd) → (B, T, n_embd)
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))  # hidden (B, T, 4·n_embd)
+        h = self.c_fc(x)  # (B, T, 4·n_embd)
+        h = F.relu(h).square() if self.relu2 else F.gelu(h)
+        return self.dropout(self.c_proj(h))
 
 
 class Block(nn.Module):
@@ -66,7 +73,8 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.attention, cfg.bias)
+        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.attention, cfg.bias,
+                                        cfg.qk_norm, cfg.pos_emb == "rope")
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -76,22 +84,26 @@ class Block(nn.Module):
 
 
 HEADS = ("tied", "adaptive")
+POS_EMBS = ("learned", "rope")
+MLP_ACTS = ("gelu", "relu2")
 
 
 class GPT(nn.Module):
-    """cfg: GPTConfig. raises ValueError for an unknown attention backend or head, n_embd % n_head
-    != 0, or adaptive cutoffs that are not positive and increasing."""
+    """cfg: GPTConfig. raises ValueError for an unknown attention backend, head, pos_emb or mlp_act,
+    n_embd % n_head != 0, or adaptive cutoffs that are not positive and increasing."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        if cfg.head not in HEADS:
-            raise ValueError(f"unknown head {cfg.head!r}; choose one of {', '.join(HEADS)}")
+        for name, value, allowed in (("head", cfg.head, HEADS), ("pos_emb", cfg.pos_emb, POS_EMBS),
+                                     ("mlp_act", cfg.mlp_act, MLP_ACTS)):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         cutoffs = list(cfg.head_cutoffs)
         if cfg.head == "adaptive" and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
             raise ValueError(f"head_cutoffs {cutoffs} must be positive and strictly increasing")
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)  # position embedding
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None  # positions
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -105,6 +117,8 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):  # residual projections, GPT-2 §2.3
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+                if cfg.zero_init_proj:
+                    nn.init.zeros_(p)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -128,14 +142,16 @@ class GPT(nn.Module):
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; position embeddings excluded when non_embedding (nanoGPT's convention)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.wpe.weight.numel() if non_embedding else n
+        return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
 
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         B, T = idx.shape
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}")
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, n_embd)
+        x = self.wte(idx)  # (B, T, n_embd)
+        if self.wpe is not None:  # with rope, positions enter in the attention instead
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))  # + (T, n_embd)
+        return self.drop(x)
 
     def new_cache(self) -> list[KVCache]:
         """An empty KV cache per layer, for `forward(..., cache=)`."""

@@ -15,9 +15,10 @@ def tiny(block_size=80, **kw):
     return GPT(GPTConfig(vocab_size=60, block_size=block_size, n_layer=2, n_head=2, n_embd=32, **kw)).eval()
 
 
+@pytest.mark.parametrize("options", [{}, {"pos_emb": "rope", "qk_norm": True, "head": "adaptive", "head_cutoffs": (20,)}])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend):
-    m = tiny(attention=backend)
+def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend, options):
+    m = tiny(attention=backend, **options)
     start = torch.randint(0, 60, (3, 5), generator=torch.Generator().manual_seed(1))
     cached = m.generate(start, 64, temperature=0, use_cache=True)
     assert torch.equal(cached, m.generate(start, 64, temperature=0, use_cache=False))

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import Timer
 import torch
 from torchmetrics import SumMetric
 
@@ -22,6 +23,7 @@ from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
+from model.training.muon import MuonAdamW
 
 
 class LitGPT(L.LightningModule):
@@ -116,26 +118,60 @@ class LitGPT(L.LightningModule):
             metric.reset()
 
     def configure_optimizers(self):
-        """AdamW, weight decay on matrices only (nanoGPT); linear warmup, then cosine decay to
-        `min_lr_ratio · lr` at the last step (Loshchilov & Hutter 2017), updated every step."""
+        """`build_optimizer` (AdamW, or Muon + AdamW); `lr_factor` every step, its progress the
+        fraction of `trainer.max_steps` done or, with `trainer.max_time` (budget mode), of the
+        time budget spent, whichever is further: a budget run anneals when its time ends."""
         o = self.hparams.optim
-        decay = [p for p in self.gpt.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.gpt.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o["betas"]),
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup, floor = min(o["warmup_steps"], total - 1), o["min_lr_ratio"]
+        opt = build_optimizer(self.gpt, o)
+        total = self.trainer.estimated_stepping_batches  # inf when only trainer.max_time ends the run
+        timer = next((c for c in self.trainer.callbacks if isinstance(c, Timer)), None)  # set by trainer.max_time
+        warmup = o["warmup_steps"] if math.isinf(total) else min(o["warmup_steps"], int(total) - 1)
 
         def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+            progress = 0.0 if math.isinf(total) else (step - warmup) / max(1, total - warmup)
+            if timer is not None:  # budget mode: the elapsed fraction of trainer.max_time, if further
+                elapsed = timer.time_elapsed("train")
+                progress = max(progress, elapsed / (elapsed + timer.time_remaining("train")))
+            return lr_factor(step, warmup, o["min_lr_ratio"], progress)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+OPTIMIZERS = ("adamw", "muon")
+
+
+def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
+    """The optimizer `o["name"]` names (default adamw) over gpt's parameters.
+
+    adamw: AdamW (lr, betas, weight_decay on matrices only, as nanoGPT). muon: `MuonAdamW`, Muon
+    (muon_lr, muon_momentum, muon_weight_decay) for the weight matrices inside the blocks, AdamW
+    as above for embeddings, output layer and vectors. raises ValueError for another name.
+    """
+    name = o.get("name", "adamw")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"model.optim.name={name!r} is not one of {OPTIMIZERS}")
+    named = list(gpt.named_parameters())
+    hidden = [p for n, p in named if name == "muon" and n.startswith("blocks.") and p.dim() == 2]
+    ids = {id(p) for p in hidden}
+    decay = [p for _, p in named if p.dim() >= 2 and id(p) not in ids]
+    no_decay = [p for _, p in named if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+    muon = {"params": hidden, "use_muon": True, "lr": o["muon_lr"], "momentum": o.get("muon_momentum", 0.95),
+            "weight_decay": o.get("muon_weight_decay", 0.0)}
+    return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
+
+
+def lr_factor(step: int, warmup: int, floor: float, progress: float) -> float:
+    """The learning rate as a fraction of its peak: linear warm-up over `warmup` steps, then cosine
+    decay (Loshchilov & Hutter 2017, SGDR) from 1 to `floor` as `progress` goes from 0 to 1
+    (clamped), e.g. `lr_factor(99, 100, 0.05, 0.0) == 1.0`, `lr_factor(s, 100, 0.05, 1.0) == 0.05`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, max(0.0, progress))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path:
