@@ -21,8 +21,10 @@ class SamplingOptions:
     """What to sample. Units: tokens (= characters for the character model).
 
     prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
-    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); repetition_penalty:
-    CTRL penalty on characters already in the poem (1.0 = off); temperature 0 = greedy.
+    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
+    character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
+    repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
+    temperature 0 = greedy.
     """
     prompt: str = ""
     num_samples: int = 1
@@ -34,6 +36,7 @@ class SamplingOptions:
     form: str | None = None
     acrostic: str = ""
     rhyme: bool = False
+    meter: bool = False
     repetition_penalty: float = 1.0
     use_cache: bool = True
 
@@ -55,8 +58,8 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     texts = [tok.decode([i]) for i in range(tok.vocab_size)]
     closers = torch.tensor([t.endswith(tuple(LINE_END[1:])) for t in texts])  # (V,) bool
     processors: list[Callable] = [EndAfterSentence(closers, tok.bos_id, tok.eos_id)]
-    if opts.form or acrostic or opts.rhyme:
-        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
+    if opts.form or acrostic or opts.rhyme or opts.meter:
+        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script, opts.meter)
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt)
         if opts.max_new_tokens < needed:
