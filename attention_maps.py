@@ -37,7 +37,8 @@ from model.inspection.plots import attention_grid  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
-          "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevline"}
+          "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevsame",
+          "prev_line_next_pos": "prevnext", "prev_line_rhyme": "prevrhyme"}
 
 
 def batch_maps(gpt: GPT, sequences: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -57,7 +57,10 @@ def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
                 "trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.num_sanity_val_steps=0",
                 "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
                 "callbacks.samples.max_new_tokens=20", "callbacks.attention_maps.n_samples=4",
-                "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']", *overrides,
+                "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']",
+                "callbacks.evaluation.num_samples=4", "callbacks.evaluation.forms=[wujue,qilv]",
+                "callbacks.evaluation.sets=[free,form,meter]", "callbacks.evaluation.max_new_tokens=70",
+                "callbacks.evaluation.reference=20", *overrides,
             ])
         HydraConfig().set_config(cfg)
         with open_dict(cfg):

@@ -298,3 +298,50 @@ def test_attention_map_text_with_bad_code_points_is_named(trained):
     lit = load_for_inference(trained[2] / "checkpoints" / "test" / "last.ckpt")
     with pytest.raises(ValueError, match="^text: 1 code point.*U\\+D800"):
         lit.encode_line("床\ud800", "text")
+
+
+def test_the_end_of_training_logs_the_evaluation_table(trained):
+    cfg, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    (table_file,) = (run / "files" / "media" / "table" / "eval").glob("poems_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"][:3] == ["set", "n", "regulated"]
+    sets = [row[0] for row in table["data"]]
+    assert sets == ["human (held-out)", "free", "wujue", "wujue+meter", "qilv", "qilv+meter"]  # conftest's sets
+    rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
+    assert rows["free"]["n"] == cfg.callbacks.evaluation.num_samples == 4 and rows["qilv"]["qilv"] == 1
+    assert rows["wujue+meter"]["meter"] == 1 and rows["qilv+meter"]["meter"] == rows["qilv+meter"]["rhyme"] == 1
+    human = rows["human (held-out)"]
+    assert human["n"] == 20 and human["regulated"] == 1 and human["wujue"] + human["qijue"] == 1  # 5 五绝, 1 七绝
+    history_rows = history(run)
+    seconds = [r["eval/seconds"] for r in history_rows if "eval/seconds" in r]
+    assert len(seconds) == 1 and seconds[0] > 0
+    assert any("eval/free/distinct_2" in r for r in history_rows)
+    assert any("attn/L1H1/prev_line_rhyme" in r for r in history_rows)  # the new attention statistics follow
+
+
+def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
+    """evaluate.py: the table, the JSON, and val/bpc by the data module's validation: the
+    training's last logged value, since last.ckpt holds the weights of the last validation."""
+    import evaluate as evaluate_script
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    cfg, metrics, tmp_path = trained
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        ecfg = compose("evaluate", overrides=[
+            f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}",
+            f"data.corpus_path={cfg.data.corpus_path}", f"data.cache_dir={cfg.data.cache_dir}",
+            "num_samples=4", "sets=[free,rhyme,meter]", "forms=[wulv]", "reference=12", "max_new_tokens=60"])
+    report = evaluate_script.evaluate(ecfg)
+    assert report["checkpoint"].endswith("test/last.ckpt")  # the newest by default
+    assert list(report["rows"]) == ["human (held-out)", "free", "wulv+rhyme", "wulv+meter"]
+    assert report["rows"]["wulv+meter"]["meter"] == 1 and report["rows"]["wulv+rhyme"]["rhyme_regulated"] == 1
+    assert report["val"]["val/bpc"] == pytest.approx(metrics["val/bpc"], rel=1e-5)
+    saved = json.loads((tmp_path / "logs" / "evaluate" / "test" / "evaluate.json").read_text())
+    assert saved["rows"] == report["rows"] and len(saved["poems"]["wulv+meter"]) == 4
+    assert saved["settings"]["sample_sets"]["wulv+meter"] == {"form": "wulv", "meter": True}
+    evaluate_script.main.__wrapped__(ecfg)  # the printed table
+    out = capsys.readouterr().out
+    assert "human (held-out)" in out and "wulv+meter" in out and f"val/bpc {metrics['val/bpc']:.4f}" in out

@@ -25,8 +25,10 @@ class SamplingOptions:
     """What to sample. Units: tokens (= characters for the character model).
 
     prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
-    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); repetition_penalty:
-    CTRL penalty on characters already in the poem (1.0 = off); temperature 0 = greedy.
+    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
+    character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
+    repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
+    temperature 0 = greedy.
     """
     prompt: str = ""
     num_samples: int = 1
@@ -38,6 +40,7 @@ class SamplingOptions:
     form: str | None = None
     acrostic: str = ""
     rhyme: bool = False
+    meter: bool = False
     repetition_penalty: float = 1.0
     use_cache: bool = True
 
@@ -69,8 +72,8 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     prompt = lit.to_model_text(opts.prompt, "prompt")
     acrostic = lit.to_model_text(opts.acrostic, "acrostic")
     processors: list[Callable] = [poem_boundaries(tok)]
-    if opts.form or acrostic or opts.rhyme:
-        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script)
+    if opts.form or acrostic or opts.rhyme or opts.meter:
+        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script, opts.meter)
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt)
         if opts.max_new_tokens < needed:

@@ -1,7 +1,8 @@
-"""Callbacks that look inside the model at each validation: attention maps and sampled poems.
+"""Callbacks that look inside the model at each validation (attention maps, sampled poems) and
+at the end of training (the evaluation table of `evaluate.py` on a few poems).
 
-Both act on rank 0 only, skip the sanity check, and send what they make to the first
-logger that can take it (Weights & Biases: images and a table). Attention maps are also
+They act on rank 0 only, skip the sanity check, and send what they make to the first
+logger that can take it (Weights & Biases: images and tables). Attention maps are also
 written as PNG files under the run folder, so they exist whatever the logger.
 """
 from __future__ import annotations
@@ -24,7 +25,9 @@ from model.inspection.attention_stats import (
     lesson_head_maps,
     lesson_qk_maps,
 )
+from model.inspection.evaluation import is_char_model, sample_and_measure, sample_requests
 from model.inspection.plots import attention_grid
+from model.inspection.poem_metrics import METRICS
 from model.sampling.poems import SamplingOptions, sample_poems
 
 
@@ -168,3 +171,40 @@ class SampleLogger(L.Callback):
             self.poems = sample_poems(pl_module, self.options)
         self.rows += [[trainer.global_step, poem] for poem in self.poems]
         logger.log_text(key="samples", columns=["step", "poem"], data=self.rows, step=trainer.global_step)
+
+
+class PoemEvaluationLogger(L.Callback):
+    """At the end of training, `evaluate.py`'s table on a few poems, logged to wandb.
+
+    corpus_path: the training corpus (held-out reference poems, training lines for `copy`);
+    num_samples: poems per sample set; sets, forms: which sample sets
+    (`model.inspection.evaluation.sample_requests`; a BPE model gets `free` only); reference:
+    held-out human poems; the sampling options as in `sample.py`. Logs a table `eval/poems`
+    (columns: set, then `model.inspection.poem_metrics.METRICS`; the first row the human
+    reference), the free set's figures as scalars `eval/free/<metric>`, and `eval/seconds`,
+    the time it took (also kept in `seconds`). `val/bpc` is the last validation's, logged by
+    the model. Does nothing without a wandb logger. raises ValueError for unknown sets or forms.
+    """
+
+    def __init__(self, corpus_path: str, num_samples: int = 16, sets: Sequence[str] = ("free", "form", "rhyme", "meter"),
+                 forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200,
+                 max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 200, seed: int = 1337):
+        sample_requests(sets, forms)  # raises for unknown names, before training
+        self.corpus_path, self.sets, self.forms, self.reference = corpus_path, list(sets), list(forms), reference
+        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_k=top_k, seed=seed)
+        self.seconds = 0.0
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (logger := _wandb(trainer)) is None:
+            return
+        start = time.perf_counter()
+        requests = sample_requests(self.sets, self.forms, is_char_model(pl_module))
+        _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
+        self.seconds = time.perf_counter() - start
+        step = trainer.global_step
+        logger.log_table(key="eval/poems", columns=["set", *METRICS],
+                         data=[[name, *(row[m] for m in METRICS)] for name, row in rows.items()], step=step)
+        logger.log_metrics({**{f"eval/free/{m}": v for m, v in rows.get("free", {}).items() if v is not None},
+                            "eval/seconds": self.seconds}, step=step)
