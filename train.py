@@ -6,6 +6,7 @@ logs, wandb run and attention PNGs: logs/<run_name>/.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import hydra
 import lightning as L
@@ -19,8 +20,14 @@ rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 from data.tokenizer import tokenizer_from_state  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.training.runtime import check_attention_backend, instantiate_loggers, resolve_precision  # noqa: E402
+from model.training.runtime import (  # noqa: E402
+    check_attention_backend,
+    compile_or_eager,
+    instantiate_loggers,
+    resolve_precision,
+)
 
+log = logging.getLogger(__name__)
 MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value")
 
 
@@ -49,6 +56,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         tokenizer=tokenizer.state_dict(),
         script=cfg.data.script,
     )
+    if cfg.compile:
+        compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
