@@ -28,7 +28,8 @@ from model.training.runtime import (  # noqa: E402
 )
 
 log = logging.getLogger(__name__)
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value")
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value",
+              "pos_emb", "qk_norm", "mlp_act", "zero_init_proj")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:

@@ -4,6 +4,7 @@
     python benchmarks/fixed_time.py --quick            # 2-minute budgets, for A/B of levers
     python benchmarks/fixed_time.py --quick --variant base= --variant wd0=model.optim.weight_decay=0
     python benchmarks/fixed_time.py --check-reference  # the reference against nanoGPT's figures
+    python benchmarks/fixed_time.py --overhead 300     # Lightning's cost per step against a bare loop
 
 (a) **The reference**: a plain PyTorch loop, as nanoGPT's `train.py` is (no Lightning), with
 nanoGPT's README CPU configuration: its model (learned positions, tied head, GELU MLP,
@@ -28,6 +29,7 @@ figures). Both count the same 145,210 held-out characters. Prints a table and wr
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import platform
@@ -42,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
+from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from data.datamodule import PoetryDataModule  # noqa: E402
@@ -80,12 +83,14 @@ def datamodule(val_windows: str = "poems", block_size: int = 64) -> PoetryDataMo
 
 
 def score(lit: LitGPT, protocols=PROTOCOLS) -> dict:
-    """`val/loss` and `val/bpc` of a model on each held-out protocol, through `LitGPT`'s own validation."""
+    """`val/loss` and `val/bpc` of a model on each held-out protocol, through `LitGPT`'s own validation:
+    `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows."""
     out = {}
     for protocol in protocols:
         trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                             enable_model_summary=False, enable_checkpointing=False)
-        (metrics,) = trainer.validate(lit, datamodule=datamodule(protocol, lit.gpt.cfg.block_size), verbose=False)
+        block = lit.gpt.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's windows
+        (metrics,) = trainer.validate(lit, datamodule=datamodule(protocol, block), verbose=False)
         out[protocol] = {"val_loss": round(metrics["val/loss"], 4), "val_bpc": round(metrics["val/bpc"], 4)}
     return out
 
@@ -168,6 +173,76 @@ def default_run(name: str, overrides: list[str]) -> dict:
             "checkpoint": str(ckpt.relative_to(ROOT)), **score(lit)}
 
 
+def default_config(*overrides: str):
+    """The composed `python train.py` config with `overrides`, as Hydra would give it (run folder under logs/)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True, overrides=list(overrides))
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(ROOT / "logs" / cfg.run_name)
+        del cfg.hydra
+    return cfg
+
+
+def lightning_overhead(steps: int = 300) -> dict:
+    """Median time between training steps of the default model: through train.py's Lightning run
+    (progress bar and logging as configured, validation and callbacks off) and in a bare PyTorch
+    loop with the same model, batches, optimizer, schedule and clipping; the bare loop runs before
+    and after, to bracket any drift of the machine. Skips the first 20 steps of each."""
+    import statistics
+
+    import train as train_script
+    from model.training.lit import build_optimizer, lr_factor
+
+    def bare() -> float:
+        cfg = default_config(f"trainer.max_steps={steps}")
+        dm = hydra_instantiate(cfg.data)
+        dm.prepare_data()
+        dm.setup("fit")
+        torch.manual_seed(cfg.seed)
+        shape = OmegaConf.to_container(cfg.model, resolve=True)
+        lit = LitGPT({**{k: shape[k] for k in train_script.MODEL_KEYS}, "attention": cfg.attention.backend},
+                     shape["optim"], dm.tokenizer.state_dict())
+        lit.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
+        opt = build_optimizer(lit.gpt, shape["optim"])
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: lr_factor(s, shape["optim"]["warmup_steps"], shape["optim"]["min_lr_ratio"], s / steps))
+        times, last = [], time.perf_counter()
+        for step, (x, y) in zip(range(steps), dm.train_dataloader()):
+            _, loss = lit.gpt(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(lit.gpt.parameters(), cfg.trainer.gradient_clip_val)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+        return statistics.median(times[20:])
+
+    def lightning() -> float:  # the project's own train/tokens_per_sec: time from one training step to the next
+        cfg = default_config(f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0",
+                             "logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
+                             "run_name=bench-overhead")
+        for old in (ROOT / "checkpoints" / "bench-overhead", ROOT / "logs" / "bench-overhead"):
+            shutil.rmtree(old, ignore_errors=True)
+        train_script.train(cfg)
+        (metrics,) = (ROOT / "logs" / "bench-overhead" / "csv").glob("version_*/metrics.csv")
+        rows = [r for r in csv.DictReader(metrics.open()) if r.get("train/tokens_per_sec") and int(r["step"]) >= 20]
+        tokens = cfg.data.batch_size * cfg.model.block_size
+        return statistics.median(tokens / float(r["train/tokens_per_sec"]) for r in rows)
+
+    before, through, after = bare(), lightning(), bare()
+    reference = (before + after) / 2
+    return {"steps": steps, "bare_ms": round(reference * 1e3, 2), "bare_before_ms": round(before * 1e3, 2),
+            "bare_after_ms": round(after * 1e3, 2), "lightning_ms": round(through * 1e3, 2),
+            "overhead": round(through / reference - 1, 4)}
+
+
 def check_reference() -> dict:
     """The reference after nanoGPT's iteration counts, against nanoGPT's figures (within 0.03)."""
     out = {}
@@ -201,10 +276,18 @@ def main(argv=None) -> None:
                    help="a default variant: a name and space-separated train.py overrides (repeatable)")
     p.add_argument("--no-reference", action="store_true", help="only the default variants")
     p.add_argument("--check-reference", action="store_true", help="only the reference against nanoGPT's figures")
+    p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
+                   help="only Lightning's overhead against a bare loop, over this many steps of the default model")
     args = p.parse_args(argv)
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine()}
+    if args.overhead:
+        result["lightning_overhead"] = r = lightning_overhead(args.overhead)
+        print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (before {r['bare_before_ms']}, after "
+              f"{r['bare_after_ms']}), Lightning {r['lightning_ms']} ms/step: overhead {r['overhead']:+.1%}")
+        (out_dir / "lightning-overhead-cpu.json").write_text(json.dumps(result, indent=2))
+        return
     if args.check_reference:
         result["reference"] = check_reference()
         (out_dir / "fixed-time-reference-cpu.json").write_text(json.dumps(result, indent=2))
