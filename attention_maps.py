@@ -37,7 +37,8 @@ from model.inspection.plots import attention_grid  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
-          "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevline"}
+          "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevsame",
+          "prev_line_next_pos": "prevnext", "prev_line_rhyme": "prevrhyme"}
 
 
 def batch_maps(gpt: GPT, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -100,10 +101,10 @@ def attention_report(cfg: DictConfig) -> dict:
     lit = load_for_inference(ckpt, "cpu", cfg.backend)
     gpt, block_size = lit.gpt, lit.gpt.cfg.block_size
     check_backend(gpt.cfg.attention, "cpu", torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
-    idx, tokens = lit.encode_line(cfg.text)  # raises for unknown characters or a too long text
+    idx, tokens = lit.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
     poems = heldout_poems(cfg.heldout.corpus_path, lit.hparams.script, cfg.heldout.n_poems, cfg.heldout.forms,
                           block_size - 1)
-    encoded = [lit.encode_line(poem) for poem in poems]
+    encoded = [lit.encode_line(poem, "held-out poem") for poem in poems]
     torch.manual_seed(cfg.init_seed)
     init_gpt = GPT(gpt.cfg).eval()  # the weights training started from (same seed, same shape)
 

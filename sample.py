@@ -1,6 +1,6 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml): prompt, form, acrostic, rhyme, num_samples, max_new_tokens,
+Options (conf/sample.yaml): prompt, form, acrostic, rhyme, meter, num_samples, max_new_tokens,
 temperature, top_k, top_p, repetition_penalty, seed, use_cache, device, backend, format.
 The same seed and options give the same poems.
 """

@@ -43,7 +43,7 @@ from model.training.runtime import (  # noqa: E402
 )
 
 log = logging.getLogger(__name__)
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -57,7 +57,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
-    model_cfg = {**{k: cfg.model[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend}
+    shape = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg = {**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend}
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         saved = load_checkpoint(ckpt_path)

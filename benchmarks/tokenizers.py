@@ -54,7 +54,7 @@ def train_run(name: str, overrides: list[str], minutes: float) -> dict:
     run_name = f"bench-tokenizers-{name}"
     m, s = divmod(round(minutes * 60), 60)
     cmd = [sys.executable, str(ROOT / "train.py"), *overrides, f"run_name={run_name}", "trainer=cpu",
-           "trainer.max_steps=1000000", f"+trainer.max_time=00:00:{m:02d}:{s:02d}", "trainer.val_check_interval=200000",
+           "trainer.max_steps=1000000", f"trainer.max_time=00:00:{m:02d}:{s:02d}", "trainer.val_check_interval=200000",
            "model.optim.min_lr_ratio=1.0", "logger=csv", "~callbacks.attention_maps", "~callbacks.samples",
            "trainer.enable_progress_bar=false"]
     log_dir, ckpt = ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name / "last.ckpt"

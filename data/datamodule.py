@@ -30,7 +30,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from data.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
-CACHE_VERSION = 2  # bump when the prepared format changes
+CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")
 
 
@@ -73,27 +73,98 @@ def heldout_poems(path: str | Path, script: str, n: int, forms: Iterable[str], m
     return corpus_to_script(texts, script)
 
 
+TRAIN_WINDOWS = ("poems", "random")
+VAL_WINDOWS = ("poems", "blocks")
+IGNORE = -1
+"""Target id of a position whose prediction is not scored (`F.cross_entropy(..., ignore_index=IGNORE)`)."""
+
+
+def poem_bounds(tokens: np.ndarray, bos_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends): the offsets of every poem's `<bos>` in a token array and the offset just
+    past its last token (`<eos>`), each `(n_poems,) int64`."""
+    starts = np.flatnonzero(np.asarray(tokens) == bos_id)
+    return starts, np.append(starts[1:], len(tokens))
+
+
+def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0) -> np.ndarray:
+    """Start offsets of the training windows, `(N,) int64`; a window is `block_size + 1` tokens.
+
+    windows='poems': every window starts at a poem's `<bos>`, as sampling does; a poem longer
+    than a window goes on in windows that start `block_size` tokens later each, so every
+    token is a target once. A window runs on into the next poems (packing, no mask).
+    windows='random': every offset (nanoGPT's random windows).
+    raises ValueError for another `windows` or an array shorter than one window.
+    """
+    if windows not in TRAIN_WINDOWS:
+        raise ValueError(f"data.train_windows={windows!r} is not one of {TRAIN_WINDOWS}")
+    last = len(tokens) - block_size - 1  # the last offset that still fills a window
+    if last < 0:
+        raise ValueError(f"{len(tokens)} tokens cannot fill one window of block_size={block_size}")
+    if windows == "random":
+        return np.arange(last + 1)
+    starts, ends = poem_bounds(tokens, bos_id)
+    offsets = np.concatenate([np.arange(b, e - 1, block_size) for b, e in zip(starts, ends)])
+    return offsets[offsets <= last]
+
+
 class Windows(Dataset):
     """`(x, y)` pairs of `block_size` token ids from a 1-D token array, y = x shifted by one.
 
-    random_offsets=True: every start offset is an item (training, shuffled by the sampler).
-    random_offsets=False: non-overlapping windows that cover the array (validation).
-    Items are `(block_size,) int64` tensors.
+    starts: `(N,)` window offsets (`train_starts`, or every `block_size`-th offset for the
+    `blocks` validation). Items are `(block_size,) int64` tensors.
+    raises ValueError if a start leaves less than a window.
     """
 
-    def __init__(self, tokens: np.ndarray, block_size: int, random_offsets: bool):
-        if len(tokens) <= block_size:
-            raise ValueError(f"{len(tokens)} tokens cannot fill one window of block_size={block_size}")
-        self.tokens, self.block_size = tokens, block_size
-        self.stride = 1 if random_offsets else block_size
+    def __init__(self, tokens: np.ndarray, block_size: int, starts: np.ndarray):
+        if len(starts) == 0 or starts.max() + block_size + 1 > len(tokens):
+            raise ValueError(f"{len(tokens)} tokens cannot fill the windows of block_size={block_size}")
+        self.tokens, self.block_size, self.starts = tokens, block_size, starts
+
+    @classmethod
+    def blocks(cls, tokens: np.ndarray, block_size: int) -> "Windows":
+        """Non-overlapping windows that cover the array: nanoGPT-style validation."""
+        return cls(tokens, block_size, np.arange(0, len(tokens) - block_size, block_size))
 
     def __len__(self) -> int:
-        return (len(self.tokens) - 1 - self.block_size) // self.stride + 1
+        return len(self.starts)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        start = i * self.stride
+        start = int(self.starts[i])
         chunk = torch.from_numpy(self.tokens[start : start + self.block_size + 1].astype(np.int64))
         return chunk[:-1], chunk[1:]  # x, y: (block_size,)
+
+
+class PoemWindows(Dataset):
+    """Every poem of a token array scored from its own `<bos>`: the `poems` validation.
+
+    A poem of at most `block_size + 1` tokens is one item; a longer one goes on in items that
+    start `block_size // 2` tokens before the first unscored target, so every prediction has
+    at least half a block of the poem before it. Every token after a `<bos>` is a target
+    exactly once. Items are `(x, y)`, each `(block_size,) int64`; y is `IGNORE` where
+    nothing is scored (context and padding).
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, bos_id: int = 0):
+        self.tokens, self.block_size = tokens, block_size
+        self.items: list[tuple[int, int, int]] = []  # (window start, first scored target, end)
+        for b, e in zip(*poem_bounds(tokens, bos_id)):
+            start, first = int(b), int(b) + 1
+            while first < e:
+                end = min(start + block_size + 1, int(e))
+                self.items.append((start, first, end))
+                start, first = max(int(b), end - 1 - block_size // 2), end
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start, first, end = self.items[i]
+        chunk = torch.from_numpy(self.tokens[start:end].astype(np.int64))  # (≤ block_size + 1,)
+        x = torch.zeros(self.block_size, dtype=torch.int64)
+        y = torch.full((self.block_size,), IGNORE, dtype=torch.int64)
+        x[: len(chunk) - 1] = chunk[:-1]
+        y[first - start - 1 : len(chunk) - 1] = chunk[first - start :]
+        return x, y  # (block_size,) each
 
 
 class PoetryDataModule(L.LightningDataModule):
@@ -102,13 +173,24 @@ class PoetryDataModule(L.LightningDataModule):
     corpus_path: `tang.jsonl.xz`; script: 'simplified' | 'traditional'; block_size: T;
     batch_size: B per device; cache_dir: where prepared arrays live (outside git);
     tokenizer: `{"kind": "char"}` (default) or `{"kind": "tiktoken", "encoding": <name or
-    .tiktoken path>}` (the `tokenizer` config group); seed: of the training order (the run's).
+    .tiktoken path>}` (the `tokenizer` config group); train_windows: 'poems' (each window starts
+    at a poem's `<bos>`) | 'random' (any offset); val_windows: 'poems' (every held-out poem
+    scored from its `<bos>`) | 'blocks' (non-overlapping windows of the array, nanoGPT's).
+    Both validations score every held-out character once, so `val/bpc` counts the same text.
+    seed: of the training order (the run's).
+    raises ValueError for an unknown script, tokenizer kind or windows.
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
-                 tokenizer: Mapping | None = None, seed: int = 0):
+                 tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
+                 seed: int = 0):
         super().__init__()
+        if train_windows not in TRAIN_WINDOWS:
+            raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
+        if val_windows not in VAL_WINDOWS:
+            raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
+        self.train_windows, self.val_windows = train_windows, val_windows
         if script not in SCRIPTS:
             raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
         self.tokenizer_cfg = dict(tokenizer or {"kind": "char"})
@@ -191,10 +273,16 @@ class PoetryDataModule(L.LightningDataModule):
         """The memory-mapped `(N,)` token array of 'train' or 'val' (dtype: `meta["dtype"]`)."""
         return np.memmap(self.cache_dir / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
+    def token_counts(self) -> np.ndarray:
+        """(vocab_size,) int64: how often each id occurs in the training array."""
+        return np.bincount(self.tokens("train"), minlength=self.meta["vocab_size"]).astype(np.int64)
+
     def setup(self, stage: str | None = None) -> None:
-        """Open the memory-mapped arrays: random-offset training windows, non-overlapping validation windows."""
-        self.train_set = Windows(self.tokens("train"), self.block_size, random_offsets=True)
-        self.val_set = Windows(self.tokens("val"), self.block_size, random_offsets=False)
+        """Open the memory-mapped arrays and cut them into windows (`train_windows`, `val_windows`)."""
+        train, val, bos = self.tokens("train"), self.tokens("val"), Tokenizer.bos_id
+        self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos))
+        self.val_set = PoemWindows(val, self.block_size, bos) if self.val_windows == "poems" else Windows.blocks(
+            val, self.block_size)
 
     def train_dataloader(self) -> StatefulDataLoader:
         """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`, in an order drawn

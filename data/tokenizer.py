@@ -1,8 +1,10 @@
 """Tokenizers: characters (the default) or a tiktoken BPE encoding, plus start and end of poem.
 
 Both give ids `0` = `<bos>`, `1` = `<eos>`, then the vocabulary, and share one interface:
-`encode`, `decode`, `token_bytes`, `char_counts`, `vocab_size`, `state_dict` (it travels
-inside every checkpoint; `tokenizer_from_state` rebuilds either kind from it).
+`encode`, `decode`, `token_bytes`, `char_counts`, `vocab_size`, `known_characters`,
+`state_dict` (it travels inside every checkpoint; `tokenizer_from_state` rebuilds either
+kind from it). Text coming in passes `check_code_points` (the one check of incoming text);
+ids going out pass `check_ids` (every decode path refuses ids outside `[0, vocab_size)`).
 
 - `CharTokenizer`: one id per corpus character, in code-point order.
 - `TiktokenTokenizer`: a tiktoken encoding (`cl100k_base`, `o200k_base`, `gpt2`, ... or a
@@ -31,18 +33,49 @@ SPECIALS = (BOS, EOS)
 NETWORK_TIMEOUT_S = 5  # how long to wait for the host of an encoding that is not cached
 
 
-class UnknownCharactersError(ValueError):
-    """Raised when text holds characters outside the vocabulary; `.unknown` lists them."""
+def _code_points(chars: list[str]) -> str:
+    return ", ".join(f"U+{ord(c):04X}" for c in chars[:10]) + (", …" if len(chars) > 10 else "")
 
-    def __init__(self, unknown: list[str], hint: str = ""):
-        self.unknown = unknown
+
+class UnknownCharactersError(ValueError):
+    """Raised when text holds characters outside the vocabulary; `.unknown` lists them.
+    option: where the text came from (`prompt`, `acrostic`, ...), named first in the message."""
+
+    def __init__(self, unknown: list[str], hint: str = "", option: str = ""):
+        self.unknown, self.option = unknown, option
         shown = "".join(unknown[:50]) + ("…" if len(unknown) > 50 else "")
         super().__init__(
-            f"{len(unknown)} character(s) are not in the model's vocabulary: {shown} "
-            f"({', '.join(f'U+{ord(c):04X}' for c in unknown[:10])}). "
+            (f"{option}: " if option else "")
+            + f"{len(unknown)} character(s) are not in the model's vocabulary: {shown} ({_code_points(unknown)}). "
             "Remove or replace them; the vocabulary is the training corpus's characters."
             + (f" {hint}" if hint else "")
         )
+
+
+class InvalidCodePointsError(UnknownCharactersError):
+    """Raised for text holding code points that are not characters: lone surrogates
+    (U+D800–U+DFFF), which UTF-8 cannot encode. Bytes of a command line that are not UTF-8
+    reach Python as U+DC80–U+DCFF (`surrogateescape`); the message shows them as bytes."""
+
+    def __init__(self, bad: list[str], option: str = "text"):
+        ValueError.__init__(self, "")
+        self.unknown, self.option = bad, option
+        raw = [f"{ord(c) - 0xDC00:02X}" for c in bad if 0xDC80 <= ord(c) <= 0xDCFF]
+        self.args = (
+            f"{option}: {len(bad)} code point(s) are not characters (lone surrogates, which UTF-8 cannot encode): "
+            f"{_code_points(bad)}" + (f"; they stand for the bytes {' '.join(raw)}, which are not UTF-8" if raw else "")
+            + ". Give the text as UTF-8.",
+        )
+
+
+def check_code_points(text: str, option: str = "text") -> str:
+    """The one check of every text entering the product (prompt, acrostic, probe lines,
+    attention-map text, `Tokenizer.encode`): returns `text` if all its code points are
+    characters. option: the text's name, for the message.
+    raises InvalidCodePointsError naming the option and the offending code points."""
+    if bad := [c for c in dict.fromkeys(text) if 0xD800 <= ord(c) <= 0xDFFF]:
+        raise InvalidCodePointsError(bad, option)
+    return text
 
 
 class EncodingUnavailableError(FileNotFoundError):
@@ -59,14 +92,46 @@ class Tokenizer(ABC):
     def vocab_size(self) -> int:
         """Number of ids, `<bos>` and `<eos>` included."""
 
+    @property
     @abstractmethod
+    def known_characters(self) -> frozenset[str] | None:
+        """The characters of the text the vocabulary was built from (the model's script as it was
+        trained), or None where not recorded (BPE tokenizers saved by older versions)."""
+
+    @abstractmethod
+    def unknown(self, text: str) -> list[str]:
+        """Characters of `text` that cannot be encoded, in order of first appearance."""
+
+    @abstractmethod
+    def _token_bytes(self, i: int) -> bytes:
+        """`token_bytes` for an id already checked."""
+
+    @abstractmethod
+    def _ids(self, text: str) -> list[int]:
+        """`encode` for a text already checked, without `<bos>` / `<eos>`."""
+
+    def check_ids(self, ids: Iterable[int]) -> list[int]:
+        """ids as a list of `int`. raises IndexError listing the ids outside `[0, vocab_size)`."""
+        ids = [int(i) for i in ids]
+        if bad := list(dict.fromkeys(i for i in ids if not 0 <= i < self.vocab_size)):
+            shown = ", ".join(map(str, bad[:10])) + (", …" if len(bad) > 10 else "")
+            raise IndexError(f"token id(s) {shown} outside the vocabulary's range [0, {self.vocab_size})")
+        return ids
+
     def token_bytes(self, i: int) -> bytes:
         """The UTF-8 bytes of id `i` (empty for `<bos>`/`<eos>`); may be part of a character.
         raises IndexError for an id outside `[0, vocab_size)`."""
+        return self._token_bytes(self.check_ids([i])[0])
 
-    @abstractmethod
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """text → ids, optionally framed by `<bos>` / `<eos>`. raises UnknownCharactersError."""
+        """text → ids, optionally framed by `<bos>` / `<eos>`.
+
+        raises InvalidCodePointsError (`check_code_points`), UnknownCharactersError listing
+        every character the vocabulary cannot spell.
+        """
+        if missing := self.unknown(check_code_points(text)):
+            raise UnknownCharactersError(missing)
+        return [self.bos_id] * bos + self._ids(text) + [self.eos_id] * eos
 
     @abstractmethod
     def state_dict(self) -> dict:
@@ -91,13 +156,13 @@ class Tokenizer(ABC):
     def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
         """ids → text; `<bos>`/`<eos>` are dropped unless `skip_specials=False`. Bytes that do not
         form a character (a sequence cut short) become U+FFFD.
-        raises IndexError for an id outside `[0, vocab_size)`."""
+        raises IndexError listing the ids outside `[0, vocab_size)`."""
         out = []
-        for i in map(int, ids):
+        for i in self.check_ids(ids):
             if i in (self.bos_id, self.eos_id):
                 out.append(b"" if skip_specials else SPECIALS[i].encode())
             else:
-                out.append(self.token_bytes(i))
+                out.append(self._token_bytes(i))
         return b"".join(out).decode("utf-8", errors="replace")
 
     def save(self, path: str | Path) -> None:
@@ -131,21 +196,19 @@ class CharTokenizer(Tokenizer):
         """Number of ids: the characters plus `<bos>` and `<eos>`."""
         return len(self.itos)
 
+    @property
+    def known_characters(self) -> frozenset[str]:
+        """The vocabulary's characters (specials excluded)."""
+        return frozenset(self.itos[len(SPECIALS):])
+
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` outside the vocabulary, in order of first appearance."""
         return list(dict.fromkeys(c for c in text if c not in self.stoi))
 
-    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """text → ids, optionally framed by `<bos>` / `<eos>`.
+    def _ids(self, text: str) -> list[int]:
+        return [self.stoi[c] for c in text]
 
-        raises UnknownCharactersError listing every character outside the vocabulary.
-        """
-        if missing := self.unknown(text):
-            raise UnknownCharactersError(missing)
-        ids = [self.stoi[c] for c in text]
-        return [self.bos_id] * bos + ids + [self.eos_id] * eos
-
-    def token_bytes(self, i: int) -> bytes:
+    def _token_bytes(self, i: int) -> bytes:
         return b"" if i < len(SPECIALS) else self.itos[i].encode()
 
     def state_dict(self) -> dict:
@@ -243,13 +306,16 @@ class TiktokenTokenizer(Tokenizer):
 
     encoding: a `tiktoken.Encoding`; token_ids: the encoding's ids to keep (id `2 + k` is the
     k-th smallest of them); source: what `load_encoding` rebuilds the encoding from (a name or
-    a ranks file path), stored in the checkpoint with the encoding's name. Special-token
+    a ranks file path), stored in the checkpoint with the encoding's name; chars: the
+    characters of the training text (`known_characters`), or None. Special-token
     strings such as `<|endoftext|>` in text are encoded as plain text. A token outside the
     kept ids is encoded as its single bytes, so any text made of the corpus's characters encodes.
     """
 
-    def __init__(self, encoding: "tiktoken.Encoding", token_ids: Iterable[int], source: str):
+    def __init__(self, encoding: "tiktoken.Encoding", token_ids: Iterable[int], source: str,
+                 chars: Iterable[str] | None = None):
         self.encoding, self.source = encoding, source
+        self.chars = None if chars is None else "".join(sorted(set(chars)))  # the training text's characters
         self.token_ids: list[int] = sorted(set(token_ids))
         self._index = {t: k + len(SPECIALS) for k, t in enumerate(self.token_ids)}
         self._bytes = [b""] * len(SPECIALS) + [encoding.decode_single_token_bytes(t) for t in self.token_ids]
@@ -259,39 +325,39 @@ class TiktokenTokenizer(Tokenizer):
     def from_texts(cls, encoding: "tiktoken.Encoding", texts: list[str], source: str) -> "TiktokenTokenizer":
         """Vocabulary = every token of `texts` encoded, plus the single-byte token of every byte in them."""
         token_ids = {t for ids in encoding.encode_ordinary_batch(texts) for t in ids}
-        token_ids |= {encoding.encode_single_token(bytes([b])) for b in set("".join(texts).encode())}
-        return cls(encoding, token_ids, source)
+        chars = set("".join(texts))
+        token_ids |= {encoding.encode_single_token(bytes([b])) for b in set("".join(chars).encode())}
+        return cls(encoding, token_ids, source, chars)
 
     @property
     def vocab_size(self) -> int:
         """Number of ids: the kept tokens plus `<bos>` and `<eos>`."""
         return len(self._bytes)
 
-    def token_bytes(self, i: int) -> bytes:
+    @property
+    def known_characters(self) -> frozenset[str] | None:
+        return None if self.chars is None else frozenset(self.chars)
+
+    def _token_bytes(self, i: int) -> bytes:
         return self._bytes[i]
 
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` with a byte no kept token covers, in order of first appearance."""
         return [c for c in dict.fromkeys(text) if any(b not in self._byte_ids for b in c.encode())]
 
-    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
-        """text → ids, optionally framed by `<bos>` / `<eos>`.
-
-        raises UnknownCharactersError listing the characters no kept token can spell.
-        """
-        if missing := self.unknown(text):
-            raise UnknownCharactersError(missing)
+    def _ids(self, text: str) -> list[int]:
         ids = []
         for t in self.encoding.encode_ordinary(text):
             if t in self._index:
                 ids.append(self._index[t])
             else:
                 ids.extend(self._byte_ids[b] for b in self.encoding.decode_single_token_bytes(t))
-        return [self.bos_id] * bos + ids + [self.eos_id] * eos
+        return ids
 
     def state_dict(self) -> dict:
         """JSON-able state, stored in checkpoints; inverse of `from_state_dict`."""
-        return {"kind": "tiktoken", "encoding": self.source, "name": self.encoding.name, "token_ids": self.token_ids}
+        return {"kind": "tiktoken", "encoding": self.source, "name": self.encoding.name, "token_ids": self.token_ids,
+                **({"chars": self.chars} if self.chars is not None else {})}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "TiktokenTokenizer":
@@ -302,7 +368,7 @@ class TiktokenTokenizer(Tokenizer):
         if encoding.name != state["name"]:
             raise ValueError(f"the encoding at {state['encoding']} is {encoding.name}, but this model was "
                              f"trained with {state['name']}; provide the ranks file it was trained with")
-        return cls(encoding, state["token_ids"], state["encoding"])
+        return cls(encoding, state["token_ids"], state["encoding"], state.get("chars"))
 
 
 def tokenizer_from_state(state: dict) -> CharTokenizer | TiktokenTokenizer:
@@ -335,8 +401,9 @@ class StreamDecoder:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, ids: Iterable[int]) -> str:
-        """The text completed by `ids` (possibly ""). raises IndexError for an id out of range."""
-        return self._decoder.decode(b"".join(self.tokenizer.token_bytes(int(i)) for i in ids))
+        """The text completed by `ids` (possibly ""). raises IndexError listing ids out of range."""
+        tok = self.tokenizer
+        return self._decoder.decode(b"".join(tok._token_bytes(i) for i in tok.check_ids(ids)))
 
     def flush(self) -> str:
         """End of stream: any bytes still held back, as U+FFFD; the decoder is then reset."""

@@ -5,7 +5,11 @@ of the supplementary reading (000, section 5.3): project x to q, k, v; split hea
 `(B, T, n_embd) → (B, n_head, T, d_k)`; scores = q kᵀ / √d_k; causal mask (a registered
 buffer, 000 §4.3) set to -inf; softmax; dropout on the attention weights (000 §6.3);
 weights @ v; merge heads; output projection. Formula: Vaswani et al. 2017, "Attention Is
-All You Need", eq. 1.
+All You Need", eq. 1. Two options act on q and k before the scores and keep every other step:
+`qk_norm` (RMS-normalise each head's q and k: Henry et al. 2020, "Query-Key Normalization for
+Transformers"; Dehghani et al. 2023) and `rope` (rotary position embeddings: Su et al. 2021,
+"RoFormer", eq. 34: each pair of q, k coordinates rotated by an angle proportional to the
+position, so q·k depends on the positions only through their distance).
 
 Three backends compute the same thing and differ only in how:
 - `naive`: the explicit formula, step by step.
@@ -116,19 +120,30 @@ class KVCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (RoFormer eq. 34, halves layout): x (B, n_head, T, d_k), cos and
+    sin (T, d_k / 2) of position × frequency → x with coordinate pairs (i, i + d_k/2) rotated."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, n_head, T, d_k / 2) each
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, n_head, T, d_k)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention.
 
     n_embd: model width; n_head: heads, d_k = n_embd // n_head; block_size: longest T;
     dropout: probability on the attention weights and on the output (training only);
-    backend: one of `BACKENDS`. raises ValueError if n_embd % n_head != 0 or the backend is unknown.
+    backend: one of `BACKENDS`; qk_norm: RMS-normalise q and k per head; rope: rotary
+    position embeddings on q and k (base 10,000). raises ValueError if n_embd % n_head != 0,
+    d_k is odd with rope, or the backend is unknown.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0,
-                 backend: str = "sdpa", bias: bool = False):
+                 backend: str = "sdpa", bias: bool = False, qk_norm: bool = False, rope: bool = False):
         super().__init__()
         if n_embd % n_head:
             raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
+        if rope and (n_embd // n_head) % 2:
+            raise ValueError(f"rope needs an even head size d_k, not {n_embd // n_head}")
         if backend not in BACKENDS:
             raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.n_head, self.n_embd, self.d_k = n_head, n_embd, n_embd // n_head
@@ -140,13 +155,25 @@ class CausalSelfAttention(nn.Module):
         # lower-triangular mask: position t may look at positions ≤ t (lesson 001 §3)
         mask = torch.ones(block_size, block_size, dtype=torch.bool).tril()
         self.register_buffer("mask", mask, persistent=False)  # (block_size, block_size)
+        self.qk_norm, self.rope = qk_norm, rope
+        if rope:  # angle of position t, frequency i: t / 10000^(2i / d_k)
+            freq = 10000.0 ** (-torch.arange(0, self.d_k, 2).float() / self.d_k)  # (d_k / 2,)
+            angle = torch.outer(torch.arange(block_size).float(), freq)  # (block_size, d_k / 2)
+            self.register_buffer("cos", angle.cos(), persistent=False)
+            self.register_buffer("sin", angle.sin(), persistent=False)
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, n_embd) at positions start … start + T − 1 → q, k, v, each (B, n_head, T, d_k)."""
         B, T, C = x.shape  # (B, T, n_embd)
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # each (B, T, n_embd)
         q = q.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
         k = k.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
         v = v.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
+        if self.qk_norm:
+            q, k = F.rms_norm(q, (self.d_k,)), F.rms_norm(k, (self.d_k,))
+        if self.rope:
+            cos, sin = self.cos[start:start + T], self.sin[start:start + T]  # (T, d_k / 2)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         return q, k, v
 
     def _causal_mask(self, T: int, L: int) -> torch.Tensor:
@@ -170,7 +197,7 @@ class CausalSelfAttention(nn.Module):
         token at a time only (its kernel takes no explicit mask).
         """
         B, T, C = x.shape
-        q, k, v = self._qkv(x)  # each (B, n_head, T, d_k)
+        q, k, v = self._qkv(x, cache.length if cache is not None else 0)  # each (B, n_head, T, d_k)
         if cache is not None:
             k, v = cache.append(k, v)  # each (B, n_head, L, d_k), L = positions so far
         L = k.size(2)

@@ -3,20 +3,61 @@ Chinese values made acceptable to Hydra's override grammar, and bad input report
 from __future__ import annotations
 
 import functools
+import re
 
 from model.attention import BackendUnavailableError
 
 
+_OPEN, _CLOSE = "[({", "])}"
+
+
+def _quote(item: str) -> str:
+    """One element of an override value, quoted if it holds non-ASCII characters and is not
+    quoted already (surrounding spaces kept outside the quotes; quotes inside escaped)."""
+    core = item.strip()
+    if core.isascii() or core[0] in "'\"":
+        return item
+    lead, trail = item[: len(item) - len(item.lstrip())], item[len(item.rstrip()):]
+    # Hydra's quoted strings: a backslash escapes only a quote and the backslashes before one
+    core = re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), core)
+    return f"{lead}'{core}'{trail}"
+
+
+def quote_non_ascii_value(value: str) -> str:
+    """Quote each unquoted element of an override value that has non-ASCII characters, as
+    Hydra's grammar wants: `床前,白日` (a sweep) → `'床前','白日'`, `[床前,白日]` (a list) →
+    `['床前','白日']`, `choice(床前,白日)` → `choice('床前','白日')`, `{a:床前}` → `{a:'床前'}`.
+    Elements are split at `,` (and `:` inside `{}`) outside quotes; quoted elements and
+    full-width marks (，) are left as they are."""
+    out, item, quote, stack = [], "", "", []
+    for c in value:
+        if quote:  # inside a quoted element: copy up to its closing quote
+            item += c
+            if c == quote and not item.endswith("\\" + c):
+                quote = ""
+        elif c in "'\"" and not item.strip():
+            item, quote = item + c, c
+        elif c in _OPEN or c in _CLOSE or c == "," or (c == ":" and stack[-1:] == ["{"]):
+            out += [_quote(item), c]
+            item = ""
+            if c in _OPEN:
+                stack.append(c)
+            elif c in _CLOSE and stack:
+                stack.pop()
+        else:
+            item += c
+    return "".join(out) + _quote(item)
+
+
 def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
-    """Quote `key=value` overrides whose value has non-ASCII characters, so that
-    `prompt=床前明月光` works: Hydra's override grammar accepts Chinese only inside quotes.
-    Values already quoted, and all other arguments, are returned unchanged."""
+    """`quote_non_ascii_value` on every `key=value` argument with non-ASCII characters, so that
+    `prompt=床前明月光`, `probe_lines=[床前明月光，疑是地上霜。,白日依山尽，黄河入海流。]` and the
+    sweep `-m prompt=床前明月光,白日依山尽` work: Hydra's override grammar accepts Chinese only
+    inside quotes. All other arguments are returned unchanged."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        if eq and value and not value.isascii() and value[0] not in "'\"[{(":
-            arg = f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        out.append(arg)
+        out.append(f"{key}={quote_non_ascii_value(value)}" if eq and not value.isascii() else arg)
     return out
 
 

@@ -51,6 +51,9 @@ def tiny_overrides(tmp_path: Path, corpus: Path) -> list[str]:
         "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
         "callbacks.samples.max_new_tokens=20", "callbacks.attention_maps.n_samples=4",
         "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']",
+        "callbacks.evaluation.num_samples=4", "callbacks.evaluation.forms=[wujue,qilv]",
+        "callbacks.evaluation.sets=[free,form,meter]", "callbacks.evaluation.max_new_tokens=70",
+        "callbacks.evaluation.reference=20",
     ]
 
 
@@ -81,3 +84,11 @@ def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
 @pytest.fixture
 def train_cfg(tmp_path: Path, tiny_corpus: Path, monkeypatch):
     return make_train_cfg(tmp_path, tiny_corpus, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def corpus_texts() -> list[str]:
+    """The shipped corpus's poems (traditional script), for tests whose point is the real data."""
+    from data.datamodule import load_corpus
+
+    return [p["text"] for p in load_corpus(ROOT / "data" / "corpus" / "tang.jsonl.xz")]

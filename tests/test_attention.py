@@ -10,18 +10,23 @@ from model.attention import (
     CausalSelfAttention,
     check_backend,
     flash_unavailable_reason,
+    rotate,
 )
 
 SHAPES = [(64, 2, 16), (48, 4, 7), (24, 3, 1)]  # (n_embd, n_head, T = 16 = block_size, 7, 1): d_k ≠ T, n_head > 1
 
 
-def layers(n_embd, n_head, block_size=16, dropout=0.0):
+OPTIONS = [{}, {"rope": True}, {"qk_norm": True}, {"rope": True, "qk_norm": True}]
+"""The attention options that act on q and k; every backend must compute the same thing under each."""
+
+
+def layers(n_embd, n_head, block_size=16, dropout=0.0, **options):
     """One layer per backend, all with the same weights."""
     torch.manual_seed(0)
-    ref = CausalSelfAttention(n_embd, n_head, block_size, dropout, "naive")
+    ref = CausalSelfAttention(n_embd, n_head, block_size, dropout, "naive", **options)
     out = {}
     for b in BACKENDS:
-        layer = CausalSelfAttention(n_embd, n_head, block_size, dropout, b)
+        layer = CausalSelfAttention(n_embd, n_head, block_size, dropout, b, **options)
         layer.load_state_dict(ref.state_dict())
         out[b] = layer.eval()
     return out
@@ -31,9 +36,10 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
 
 
+@pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("n_embd, n_head, T", SHAPES)
-def test_backends_agree_in_outputs_and_gradients(n_embd, n_head, T):
-    mods = layers(n_embd, n_head)
+def test_backends_agree_in_outputs_and_gradients(n_embd, n_head, T, options):
+    mods = layers(n_embd, n_head, **options)
     x = torch.randn(3, T, n_embd)
     results = {}
     for b, m in mods.items():
@@ -44,6 +50,28 @@ def test_backends_agree_in_outputs_and_gradients(n_embd, n_head, T):
     for b in ("sdpa", "flash"):
         for got, want in zip(results[b], results["naive"]):
             assert rel_err(got, want) <= 1e-5, b
+
+
+def test_rope_makes_scores_depend_on_distance_only():
+    """RoFormer eq. 34: (R_m q)·(R_n k) = (R_{m+s} q)·(R_{n+s} k) for any shift s."""
+    attn = CausalSelfAttention(16, 2, block_size=32, rope=True)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+    def score(m, n):
+        return (rotate(q, attn.cos[m], attn.sin[m]) * rotate(k, attn.cos[n], attn.sin[n])).sum().item()
+
+    assert score(7, 3) == pytest.approx(score(27, 23), abs=1e-5) and score(5, 5) == pytest.approx(score(0, 0), abs=1e-5)
+    assert score(7, 3) != pytest.approx(score(7, 4), abs=1e-3)  # the distance does matter
+    assert rotate(q, attn.cos[0], attn.sin[0]).equal(q)  # position 0 is not rotated
+    with pytest.raises(ValueError, match="even head size"):
+        CausalSelfAttention(18, 2, block_size=8, rope=True)
+
+
+def test_qk_norm_gives_unit_rms_queries_and_keys():
+    attn = CausalSelfAttention(16, 2, block_size=8, qk_norm=True)
+    q, k, _ = attn._qkv(10 * torch.randn(2, 5, 16))  # (2, 2, 5, 8) each
+    for t in (q, k):
+        torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(2, 2, 5), rtol=1e-4, atol=1e-4)
 
 
 def test_naive_backend_is_the_lesson_formula():

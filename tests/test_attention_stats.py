@@ -29,17 +29,24 @@ def one_hot_rows(targets: list[int]) -> torch.Tensor:
 
 
 def test_line_structure_of_the_probe_line():
-    is_mark, parallel = line_structure(LINE)
+    is_mark, parallel, rhyme = line_structure(LINE)
     assert is_mark.nonzero().flatten().tolist() == [6, 12]
     assert parallel.tolist() == [-1] * 7 + [1, 2, 3, 4, 5, 6]  # 疑→床 … 。→，
-    _, parallel = line_structure(["<bos>", *"白日，黄河入海。"])  # a longer second line
+    assert rhyme.tolist() == [-1] * 7 + [5] * 6  # the second line's rows → 光
+    _, parallel, rhyme = line_structure(["<bos>", *"白日，黄河入海。"])  # a longer second line
     assert parallel.tolist() == [-1, -1, -1, -1, 1, 2, 3, -1, -1]
+    assert rhyme.tolist() == [-1] * 4 + [2] * 5  # → 日
+    _, parallel, rhyme = line_structure(["<bos>", *"白日，", "<eos>", "<bos>", *"黄河。"])  # two poems
+    assert parallel.eq(-1).all() and rhyme.eq(-1).all()
+    _, _, rhyme = line_structure(["<bos>", "，", *"黄河。"])  # a previous "line" of a mark alone
+    assert rhyme.eq(-1).all()
 
 
 def test_identity_map():
     s = head_statistics(torch.eye(len(LINE)), LINE)
     assert s["self"] == 1 and s["max_weight"] == 1 and s["entropy"] == 0
     assert s["prev_token"] == 0 and s["first_token"] == 0 and s["prev_line_same_pos"] == 0
+    assert s["prev_line_next_pos"] == 0 and s["prev_line_rhyme"] == 0
     assert s["punctuation"] == pytest.approx(2 / 7)  # rows 6..12 see a mark; rows 6 and 12 are marks
 
 
@@ -55,10 +62,35 @@ def test_first_token_punctuation_and_parallel_maps():
     assert head_statistics(one_hot_rows([0] * T), LINE)["first_token"] == 1
     last_mark = [i if i < 6 else (6 if i < 12 else 12) for i in range(T)]  # the latest mark, else self
     assert head_statistics(one_hot_rows(last_mark), LINE)["punctuation"] == 1
-    _, parallel = line_structure(LINE)
+    _, parallel, _ = line_structure(LINE)
     parallel_map = one_hot_rows([int(p) if p >= 0 else i for i, p in enumerate(parallel)])
     s = head_statistics(parallel_map, LINE)
     assert s["prev_line_same_pos"] == 1 and s["prev_token"] == 0
+    assert s["prev_line_next_pos"] == 0 and s["prev_line_rhyme"] == pytest.approx(1 / 6)  # row 11 (霜) → 光
+
+
+def test_predicted_position_map():
+    """The issue's layer-3 head 0: row i looks at the previous line's character aligned with token
+    i + 1 (，→床, 疑→前, 是→明, 地→月, 上→光, 霜→，); other rows look at themselves."""
+    _, parallel, _ = line_structure(LINE)
+    targets = [int(parallel[i + 1]) if i + 1 < len(LINE) and parallel[i + 1] >= 0 else i for i in range(len(LINE))]
+    assert targets[6:12] == [1, 2, 3, 4, 5, 6]
+    s = head_statistics(one_hot_rows(targets), LINE)
+    assert s["prev_line_next_pos"] == 1 and s["prev_line_same_pos"] == 0
+    assert s["prev_line_rhyme"] == pytest.approx(1 / 6)  # only 上 (row 10) predicts 霜, aligned with 光
+    half = 0.5 * one_hot_rows(targets) + 0.5 * torch.eye(len(LINE))  # half the weight there: 0.5
+    assert head_statistics(half, LINE)["prev_line_next_pos"] == pytest.approx(0.5)
+
+
+def test_rhyme_position_map():
+    """The issue's layer-3 head 2: every row of the second line looks at 光, the first line's
+    last character; the first line's rows look at themselves."""
+    targets = [5 if i >= 7 else i for i in range(len(LINE))]
+    s = head_statistics(one_hot_rows(targets), LINE)
+    assert s["prev_line_rhyme"] == 1
+    assert s["prev_line_next_pos"] == pytest.approx(1 / 6)  # row 10 (上) predicts 霜, aligned with 光
+    assert s["prev_line_same_pos"] == pytest.approx(1 / 6)  # row 11 (霜) sits under 光
+    assert s["self"] == pytest.approx(6 / 12)
 
 
 def test_uniform_map_entropy_and_single_line_nan():
@@ -144,6 +176,31 @@ def test_far_from_and_pattern_names():
     stats = {n: torch.full((2, 3), 0.2) for n in STATISTICS}
     stats["entropy"] = torch.full((2, 3), 1.6)
     stats["prev_line_same_pos"][1, 2] = 0.8
+    stats["prev_line_next_pos"][1, 1] = 0.7
+    stats["prev_line_rhyme"][1, 0] = 0.6
+    stats["prev_line_next_pos"][0, 2], stats["prev_line_rhyme"][0, 2] = 0.5, 0.9  # both: the larger names it
     rows = head_rows(stats, baselines)
     assert len(rows) == 6 and (rows[5]["layer"], rows[5]["head"]) == (1, 2)
-    assert rows[5]["pattern"] == "parallel-position head" and rows[0]["pattern"] == "random-like"
+    assert [r["pattern"] for r in rows] == ["random-like", "random-like", "rhyme head",
+                                            "rhyme head", "parallel-position head", "same-position head"]
+    assert rows[2]["flags"] == {"prev_line_next_pos": "high", "prev_line_rhyme": "high"}
+
+
+@pytest.mark.parametrize("statistic, pattern", [("prev_line_next_pos", "parallel-position head"),
+                                                ("prev_line_rhyme", "rhyme head")])
+def test_poetry_heads_are_flagged_and_named_against_the_lesson_baselines(statistic, pattern):
+    """Heads like the issue's L3H0 and L3H2 (0.8 of each second-line row on the target, the rest
+    uniform) stand out from the lesson's random maps and are named after what they do."""
+    T = len(LINE)
+    _, parallel, rhyme = line_structure(LINE)
+    target = {"prev_line_next_pos": torch.cat([parallel[1:], torch.tensor([-1])]), "prev_line_rhyme": rhyme}[statistic]
+    head = uniform_causal_map(T)
+    for i in range(T):
+        if target[i] >= 0:
+            head[i] = 0.2 * head[i]
+            head[i, target[i]] += 0.8
+    values = {n: v.item() for n, v in head_statistics(head, LINE).items()}
+    assert values[statistic] > 0.8
+    lesson = baseline_statistics([LINE], n_samples=16)
+    flags, name = classify(values, {"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"]})
+    assert flags[statistic] == "high" and name == pattern

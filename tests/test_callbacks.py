@@ -1,4 +1,4 @@
-"""AttentionMapLogger on a tiny model, without a trainer run (the end-to-end run is in test_train.py)."""
+"""AttentionMapLogger and SampleLogger on a tiny model, without a trainer run (the end-to-end run is in test_train.py)."""
 import gc
 import resource
 import types
@@ -8,9 +8,13 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.figure import Figure
 
+import torch
+from lightning.pytorch.loggers import WandbLogger
+
 from data.script import corpus_to_script
 from data.tokenizer import CharTokenizer
-from model.training.callbacks import AttentionMapLogger
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.training.callbacks import AttentionMapLogger, SampleLogger
 from model.training.lit import LitGPT
 from tests.conftest import POEMS
 
@@ -60,3 +64,39 @@ def test_probes_are_checked_at_setup():
         AttentionMapLogger(["床前ABC"]).setup(trainer, lit, "fit")
     with pytest.raises(ValueError, match="list"):
         AttentionMapLogger("床前明月光")
+
+
+def test_probe_lines_with_bad_code_points_are_named():
+    trainer = types.SimpleNamespace(default_root_dir=".", global_step=0, loggers=[])
+    with pytest.raises(ValueError, match=r"probe_lines\[1\]: 1 code point.*U\+D800"):
+        AttentionMapLogger(["床前", "明\ud800"]).setup(trainer, tiny_lit(), "fit")
+
+
+class RecordingWandb(WandbLogger):
+    """A WandbLogger stand-in that keeps the tables it is given (no wandb run)."""
+
+    def __init__(self):
+        self.tables = []
+
+    def log_text(self, key, columns, data, step):
+        self.tables.append((key, columns, [list(row) for row in data], step))
+
+
+def test_sample_table_poems_keep_the_poem_rules():
+    """A model that would end every poem at once, and otherwise write ， after ，: the callback's
+    poems (through `sample_poems`, like sample.py) still never start with a mark, never put
+    two marks together and never end after ，. Through `GPT.generate` alone they were empty."""
+    lit = tiny_lit()
+    tok = lit.tokenizer
+    scores = torch.zeros(tok.vocab_size)
+    scores[[tok.eos_id, tok.stoi["，"], tok.stoi["。"], tok.stoi["月"]]] = torch.tensor([100.0, 90.0, 80.0, 10.0])
+    lit.gpt.forward = lambda idx, targets=None, cache=None: (scores.expand(idx.size(0), idx.size(1), -1), None)
+    assert tok.decode(lit.gpt.generate(torch.zeros(1, 1, dtype=torch.long), 10, temperature=0.8)[0].tolist()) == ""
+    logger, wandb = SampleLogger(num_samples=3, max_new_tokens=10), RecordingWandb()
+    trainer = types.SimpleNamespace(sanity_checking=False, loggers=[wandb], global_step=7)
+    logger.on_validation_end(trainer, lit)
+    [(key, columns, rows, step)] = wandb.tables
+    assert (key, columns, step) == ("samples", ["step", "poem"], 7)
+    assert rows == [[7, "月，月，月，月，月，"]] * 3  # ran to max_new_tokens: no 。 was likelier than ，
+    assert logger.poems == sample_poems(lit, SamplingOptions(num_samples=3, max_new_tokens=10, temperature=0.8,
+                                                             top_k=50, seed=0))

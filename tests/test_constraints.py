@@ -1,13 +1,18 @@
-"""Poetry controls with a tiny random model: forms, acrostics, rhyme, prompt checks."""
+"""Poetry controls with a tiny random model: forms, acrostics, rhyme, meter, prompt checks."""
+from collections import Counter
+
 import pytest
 import torch
 
+from data.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
 from data.poetry import FORMS, form_of, split_lines
 from data.rhyme import rhyme_groups
+from data.script import corpus_to_script
 from data.tokenizer import CharTokenizer, UnknownCharactersError
 from model.sampling.constraints import PoemConstraint
 from model.training.lit import LitGPT
 from model.sampling.poems import SamplingOptions, sample_poems
+from model.inspection.poem_metrics import poem_metrics
 from tests.conftest import POEMS
 
 OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}
@@ -125,3 +130,54 @@ def test_constraint_needs_a_character_tokenizer():
 def test_a_constraint_needs_something_to_constrain(lit):
     with pytest.raises(ValueError, match="nothing to constrain"):
         PoemConstraint(lit.tokenizer)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_meter_poems_all_comply_measured_by_the_metrics(lit, form):
+    """meter=true: 100 poems per form, every one fits a standard pattern at every character
+    and rhymes (measured by evaluate.py's metrics); a first line that ends level rhymes too."""
+    out = poems(lit, 100, form=form, meter=True)
+    m = poem_metrics(out, "traditional", frozenset())
+    assert m[form] == 1 and m["meter"] == 1 and m["rhyme_regulated"] == 1
+    assert m["alternation"] == m["nian"] == m["dui"] == 1
+    assert len(set(out)) == 100
+    names = Counter(name for p in out for name in matching_patterns(poem_lines(p), form, "traditional"))
+    assert len(names) == 4  # every pattern is reached
+    for p in out:
+        lines = poem_lines(p)
+        if tones(lines[0][-1], "traditional")[lines[0][-1]] == {LEVEL}:  # 首句入韵
+            assert shared_rhyme_groups([line[-1] for line in lines[::2][:1] + lines[1::2]], "traditional")
+
+
+def test_meter_in_simplified_script():
+    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    simplified = LitGPT(model, OPTIM, tok.state_dict(), script="simplified").eval()
+    out = poems(simplified, 100, form="qijue", meter=True, seed=3)
+    assert poem_metrics(out, "simplified", frozenset())["meter"] == 1
+
+
+def test_meter_with_acrostic_and_prompt(lit):
+    out = poems(lit, 50, form="wujue", meter=True, acrostic="白花千月")  # 白 仄, 花 平, 千 平, 月 仄
+    assert all("".join(line[0] for line in poem_lines(p)) == "白花千月" for p in out)
+    fitted = [matching_patterns(poem_lines(p), "wujue", "traditional") for p in out]
+    assert all(fitted) and {n for names in fitted for n in names} == {"仄起首句不入韵", "仄起首句入韵"}  # 仄 平 平 仄 openings
+    out = poems(lit, 20, form="wujue", meter=True, prompt="白日依山盡，")
+    assert all(matching_patterns(poem_lines(p), "wujue", "traditional") == ["仄起首句不入韵"] for p in out)
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"meter": True}, "meter needs a form"),
+    ({"meter": True, "acrostic": "春花明月"}, "meter needs a form"),
+    ({"meter": True, "form": "wujue", "prompt": "千山鳥飛絕，"}, "line 1 character 4 must be 仄"),  # 平平仄平仄
+    ({"meter": True, "form": "wujue", "acrostic": "白白白白"}, "fits none of the wujue tone patterns"),
+])
+def test_bad_meter_requests_are_refused_before_generation(lit, opts, match):
+    with pytest.raises(ValueError, match=match):
+        poems(lit, 1, **opts)
+
+
+def test_meter_needs_both_tones_in_the_vocabulary():
+    level_only = CharTokenizer.from_texts(["床前明光疑霜，。"])
+    with pytest.raises(ValueError, match="both tones"):
+        PoemConstraint(level_only, form="wujue", meter=True, script="traditional")

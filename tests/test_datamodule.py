@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.datamodule import PoetryDataModule, Windows, load_corpus
+from data.datamodule import IGNORE, PoemWindows, PoetryDataModule, Windows, load_corpus, train_starts
 from data.script import corpus_to_script, prompt_to_script
 from tests.conftest import POEMS, write_corpus
 
@@ -43,14 +43,53 @@ def test_traditional_script_keeps_the_corpus_text(tiny_corpus, tmp_path):
 
 def test_windows_are_shifted_pairs():
     tokens = np.arange(50, dtype=np.uint16)
-    train = Windows(tokens, 8, random_offsets=True)
+    train = Windows(tokens, 8, train_starts(tokens, 8, "random"))
     x, y = train[3]
     assert x.dtype == torch.int64 and x.shape == (8,) and torch.equal(y, x + 1) and x[0] == 3
     assert len(train) == 50 - 8
-    val = Windows(tokens, 8, random_offsets=False)
+    val = Windows.blocks(tokens, 8)
     assert len(val) == 6 and val[1][0][0] == 8 and val[5][1][-1] == 48
     with pytest.raises(ValueError, match="cannot fill"):
-        Windows(tokens[:8], 8, random_offsets=False)
+        Windows.blocks(tokens[:8], 8)
+
+
+def poems_array(lengths: list[int]) -> np.ndarray:
+    """Poems of the given token lengths (<bos> … <eos>), body tokens numbered from 10 upwards."""
+    out, body = [], iter(range(10, 10_000))
+    for n in lengths:
+        out += [0, *(next(body) for _ in range(n - 2)), 1]
+    return np.array(out, dtype=np.uint16)
+
+
+def test_poem_training_windows_start_at_bos_and_cover_long_poems():
+    tokens = poems_array([6, 20, 7, 9])  # offsets 0, 6, 26, 33; 42 tokens
+    starts = train_starts(tokens, 8, "poems")
+    assert starts.tolist() == [0, 6, 14, 22, 26, 33]  # the 20-token poem goes on at +8 and +16
+    assert all(tokens[s] == 0 for s in (0, 6, 26, 33))
+    x, y = Windows(tokens, 8, starts)[0]
+    assert x[0] == 0 and torch.equal(x[6:], torch.tensor([0, 14]))  # packs on into the next poem
+    with pytest.raises(ValueError, match="train_windows"):
+        train_starts(tokens, 8, "lines")
+
+
+def test_poem_validation_scores_every_token_once_from_its_own_poem():
+    lengths = [6, 20, 7, 30]
+    tokens = poems_array(lengths)
+    val = PoemWindows(tokens, 8)
+    seen = []
+    bounds = np.cumsum([0, *lengths])
+    for i in range(len(val)):
+        x, y = val[i]
+        start, first, end = val.items[i]
+        poem = np.searchsorted(bounds, start, side="right") - 1
+        assert bounds[poem] <= start and end <= bounds[poem + 1]  # one poem per item: nothing packed after it
+        assert start == bounds[poem] or first - start - 1 >= 8 // 2  # at least half a block of context
+        scored = y != IGNORE
+        assert torch.equal(x[: end - start - 1], torch.from_numpy(tokens[start:end - 1].astype(np.int64)))
+        seen += [int(t) for t in y[scored]]
+    expected = [int(t) for b, e in zip(bounds[:-1], bounds[1:]) for t in tokens[b + 1:e]]
+    assert seen == expected  # every target after a <bos>, once, in order
+    assert len(seen) == len(tokens) - len(lengths)
 
 
 def test_dataloaders_serve_batches(tiny_corpus, tmp_path):

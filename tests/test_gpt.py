@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from model.gpt import GPT, GPTConfig
 
@@ -82,3 +83,49 @@ def test_generate_is_seeded():
         m.generate(start, 3, temperature=-1)
     with pytest.raises(ValueError, match="top_k"):
         m.generate(start, 3, top_k=0)
+
+
+def test_adaptive_head_gives_log_probabilities_and_their_cross_entropy():
+    m = tiny(head="adaptive", head_cutoffs=(10, 30))
+    counts = torch.randint(0, 100, (50,))
+    m.set_token_counts(counts)
+    order = torch.sort(-counts, stable=True).indices
+    assert torch.equal(m.id_rank[order], torch.arange(50))  # the most frequent id has rank 0
+    idx, targets = torch.randint(0, 50, (2, 3, 10))
+    targets[0, :4] = -1  # not scored
+    logp, _ = m(idx)  # (3, 10, 50)
+    torch.testing.assert_close(logp.exp().sum(-1), torch.ones(3, 10))
+    none, loss = m(idx, targets)
+    assert none is None  # training does not pay for the full distribution
+    torch.testing.assert_close(loss, F.cross_entropy(logp.view(-1, 50), targets.view(-1), ignore_index=-1))
+    assert "id_rank" in m.state_dict()  # the order travels with the checkpoint
+    rare = int(order[-1])  # a tail-cluster id gets its probability through the cluster
+    assert logp[..., rare].exp().max() < 1 and logp[..., rare].exp().min() > 0
+    with pytest.raises(ValueError, match="shape|must be"):
+        m.set_token_counts(torch.ones(49))
+
+
+def test_adaptive_cutoffs_past_the_vocabulary_fall_back_to_the_tied_head():
+    assert tiny(head="adaptive", head_cutoffs=(30, 60)).cfg.head_cutoffs == (30,)
+    m = tiny(head="adaptive", head_cutoffs=(50, 60))  # nothing left to cut: a small BPE vocabulary
+    assert m.cfg.head == "tied" and m.lm_head.weight is m.wte.weight
+    with pytest.raises(ValueError, match="increasing"):
+        tiny(head="adaptive", head_cutoffs=(30, 20))
+    with pytest.raises(ValueError, match="unknown head"):
+        tiny(head="sampled")
+
+
+def test_architecture_options():
+    m = tiny(pos_emb="rope", mlp_act="relu2", zero_init_proj=True)
+    assert m.wpe is None and all(b.attn.rope for b in m.blocks)
+    assert all(b.attn.c_proj.weight.abs().sum() == 0 and b.mlp.c_proj.weight.abs().sum() == 0 for b in m.blocks)
+    x = torch.randn(2, 5, 32)
+    assert torch.equal(m.blocks[0](x), x)  # zero-initialised projections: each block starts as the identity
+    h = torch.linspace(-2, 2, 9)
+    m.blocks[0].mlp.c_fc = torch.nn.Identity()
+    m.blocks[0].mlp.c_proj = torch.nn.Identity()
+    assert torch.equal(m.blocks[0].mlp(h), torch.relu(h) ** 2)  # ReLU², Primer
+    with pytest.raises(ValueError, match="unknown pos_emb"):
+        tiny(pos_emb="alibi")
+    with pytest.raises(ValueError, match="unknown mlp_act"):
+        tiny(mlp_act="swiglu")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.training.lit import LitGPT, load_for_inference
+from model.training.lit import LitGPT, build_optimizer, load_for_inference, lr_factor
 
 MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False, attention="sdpa")
 OPTIM = dict(lr=1e-3, weight_decay=0.1, betas=[0.9, 0.95], warmup_steps=10, min_lr_ratio=0.1)
@@ -19,7 +19,7 @@ def lit(**model):
 
 def test_schedule_warms_up_then_decays_to_the_floor():
     m = lit()
-    m._trainer = SimpleNamespace(estimated_stepping_batches=110)
+    m._trainer = SimpleNamespace(estimated_stepping_batches=110, callbacks=[])
     conf = m.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     assert conf["lr_scheduler"]["interval"] == "step"
@@ -49,3 +49,55 @@ def test_validation_loss_does_not_depend_on_dropout():
 def test_load_for_inference_reports_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="python train.py"):
         load_for_inference(tmp_path / "nope.ckpt")
+
+
+def test_lr_factor_warms_up_then_follows_progress_to_the_floor():
+    assert lr_factor(0, 100, 0.05, 0.0) == pytest.approx(0.01) and lr_factor(99, 100, 0.05, 0.0) == 1.0
+    assert lr_factor(500, 100, 0.05, 0.5) == pytest.approx(0.05 + 0.95 * 0.5)
+    assert lr_factor(500, 100, 0.05, 1.0) == pytest.approx(0.05) and lr_factor(500, 100, 0.05, 7.0) == pytest.approx(0.05)
+
+
+def test_budget_mode_anneals_by_elapsed_time():
+    """With a Timer (trainer.max_time), progress is the elapsed fraction of the budget."""
+    from lightning.pytorch.callbacks import Timer
+
+    class Clock(Timer):
+        elapsed = 0.0
+
+        def time_elapsed(self, stage="train"):
+            return self.elapsed
+
+        def time_remaining(self, stage="train"):
+            return 100.0 - self.elapsed
+
+    clock = Clock(duration={"seconds": 100})
+    m = lit()
+    m._trainer = SimpleNamespace(estimated_stepping_batches=float("inf"), callbacks=[clock])
+    conf = m.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    for _ in range(20):  # past the 10 warm-up steps
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)  # no time spent yet: the peak
+    clock.elapsed = 50.0
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4 + 0.9e-3 * 0.5)
+    clock.elapsed = 100.0
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4)  # the floor when the budget is spent
+
+
+def test_muon_takes_the_block_matrices_and_adamw_the_rest():
+    m = lit()
+    opt = build_optimizer(m.gpt, {**OPTIM, "name": "muon", "muon_lr": 0.02})
+    muon, decay, no_decay = opt.param_groups
+    names = {id(p): n for n, p in m.gpt.named_parameters()}
+    assert muon["use_muon"] and muon["lr"] == 0.02 and muon["weight_decay"] == 0.0
+    assert {names[id(p)] for p in muon["params"]} == {f"blocks.{i}.{w}.weight" for i in range(2)
+                                                     for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    assert {names[id(p)] for p in decay["params"]} == {"wte.weight", "wpe.weight"}  # the tied head is wte
+    assert all(p.dim() < 2 for p in no_decay["params"]) and not decay["use_muon"]
+    with pytest.raises(ValueError, match="model.optim.name"):
+        build_optimizer(m.gpt, {**OPTIM, "name": "lion"})

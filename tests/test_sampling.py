@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from model.attention import BACKENDS, CausalSelfAttention, KVCache
 from model.gpt import GPT, GPTConfig
-from model.sampling.decoding import EndAfterSentence, RepetitionPenalty, next_token, top_k_filter, top_p_filter
+from model.sampling.decoding import PoemBoundaries, RepetitionPenalty, next_token, top_k_filter, top_p_filter
 
 
 def tiny(block_size=80, **kw):
@@ -15,9 +15,10 @@ def tiny(block_size=80, **kw):
     return GPT(GPTConfig(vocab_size=60, block_size=block_size, n_layer=2, n_head=2, n_embd=32, **kw)).eval()
 
 
+@pytest.mark.parametrize("options", [{}, {"pos_emb": "rope", "qk_norm": True, "head": "adaptive", "head_cutoffs": (20,)}])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend):
-    m = tiny(attention=backend)
+def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend, options):
+    m = tiny(attention=backend, **options)
     start = torch.randint(0, 60, (3, 5), generator=torch.Generator().manual_seed(1))
     cached = m.generate(start, 64, temperature=0, use_cache=True)
     assert torch.equal(cached, m.generate(start, 64, temperature=0, use_cache=False))
@@ -147,11 +148,43 @@ def test_cache_takes_the_dtype_of_the_keys_under_autocast():
     assert out.shape == (2, 9) and cache[0].k.dtype == torch.bfloat16 and cache[0].length == 9
 
 
-def test_a_poem_ends_only_after_a_sentence_final_mark():
-    closers = torch.tensor([False, False, True, False])  # <bos>, <eos>, 。, 月
-    end = EndAfterSentence(closers, bos_id=0, eos_id=1)
-    logits = torch.zeros(3, 4)
-    out = end(torch.tensor([[0, 3], [0, 2], [2, 1]]), logits)  # after 月, after 。, an ended row
+def test_a_poem_ends_only_after_a_sentence_final_mark_and_no_mark_opens_a_line():
+    closers = torch.tensor([False, False, True, False, False])  # <bos>, <eos>, 。, 月, ，
+    marks = torch.tensor([False, False, True, False, True])
+    rules = PoemBoundaries(closers, marks, after_mark=marks, bos_id=0, eos_id=1)
+    logits = torch.zeros(4, 5)
+    out = rules(torch.tensor([[0, 3], [0, 2], [2, 1], [3, 0]]), logits)  # after 月, after 。, an ended row, after <bos>
     assert torch.isneginf(out[:, 0]).all()  # <bos> never
-    assert torch.isneginf(out[0, 1]) and out[1, 1] == 0 and out[2, 1] == 0
-    assert torch.equal(logits, torch.zeros(3, 4))  # the input is not modified
+    assert torch.isneginf(out[0, 1]) and out[1, 1] == 0 and out[2, 1] == 0 and torch.isneginf(out[3, 1])
+    assert (out[0, [2, 4]] == 0).all()  # a mark may close the line after 月
+    assert torch.isneginf(out[1, [2, 4]]).all() and torch.isneginf(out[3, [2, 4]]).all()  # not after 。 or <bos>
+    assert torch.equal(logits, torch.zeros(4, 5))  # the input is not modified
+
+
+@pytest.mark.parametrize("temperature", [0, 0.8])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_inf_logits_are_refused_at_any_temperature(temperature, bad):
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        next_token(torch.full((1, 5), bad), temperature)  # the input gave [[0]], <bos>
+    logits = torch.zeros(2, 5)
+    logits[1, 3] = bad
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        next_token(logits, temperature, top_k=2, top_p=0.9)
+    ok = torch.tensor([[0.0, -math.inf, 1.0]])  # -inf marks a forbidden token: allowed
+    assert next_token(ok, temperature, generator=torch.Generator().manual_seed(0)).shape == (1, 1)
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_a_processor_that_produces_nan_stops_generate(temperature):
+    m = tiny()
+
+    def broken(idx, logits):
+        return logits * float("nan")
+
+    with pytest.raises(ValueError, match="NaN or \\+inf"):  # was [[0, 0, 0, 0]] at temperature 0: an empty poem
+        m.generate(torch.zeros(1, 1, dtype=torch.long), 3, temperature=temperature, processors=[broken])
+
+
+def test_a_temperature_that_overflows_the_logits_is_refused():
+    with pytest.raises(ValueError, match="temperature=1e-45 is too small"):
+        next_token(torch.tensor([[1.0, 2.0]]), 1e-45)

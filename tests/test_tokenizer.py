@@ -6,9 +6,9 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from data.bpe import learn_ranks, write_ranks
-from data.tokenizer import (BOS, EOS, CharTokenizer, EncodingUnavailableError, StreamDecoder, TiktokenTokenizer,
-                            UnknownCharactersError, load_encoding, load_tokenizer, ranks_file_pattern,
-                            tokenizer_from_state)
+from data.tokenizer import (BOS, EOS, CharTokenizer, EncodingUnavailableError, InvalidCodePointsError, StreamDecoder,
+                            TiktokenTokenizer, UnknownCharactersError, check_code_points, load_encoding, load_tokenizer,
+                            ranks_file_pattern, tokenizer_from_state)
 from tests.conftest import POEMS
 
 
@@ -140,3 +140,38 @@ def test_labels_of_tokens_that_hold_part_of_a_character():
     enc = tiktoken.Encoding("bytes", pat_str=r".", mergeable_ranks={bytes([b]): b for b in range(256)}, special_tokens={})
     bpe = TiktokenTokenizer.from_texts(enc, ["床"], "bytes")
     assert [bpe.label(i) for i in bpe.encode("床")] == ["<e5>", "<ba>", "<8a>"]
+
+
+def both_tokenizers(ranks_file):
+    """A character and a BPE tokenizer over the test poems."""
+    return [CharTokenizer.from_texts(POEMS), TiktokenTokenizer.from_texts(load_encoding(str(ranks_file)), POEMS, "x")]
+
+
+def test_lone_surrogates_are_refused_by_encode_with_their_code_points(ranks_file):
+    for tok in both_tokenizers(ranks_file):
+        with pytest.raises(UnknownCharactersError, match="text: 1 code point.*U\\+D800") as err:  # tiktoken raised
+            tok.encode("床\ud800")  # UnicodeEncodeError although its docstring promised this error
+        assert isinstance(err.value, InvalidCodePointsError) and err.value.unknown == ["\ud800"]
+
+
+def test_bytes_that_are_not_utf8_are_named_as_bytes():
+    """`prompt=$'\\xed\\xa0\\x80'`: Python hands the three bytes over as U+DCED U+DCA0 U+DC80."""
+    arg = b"\xed\xa0\x80".decode("utf-8", errors="surrogateescape")
+    with pytest.raises(InvalidCodePointsError) as err:
+        check_code_points(arg, "prompt")
+    message = str(err.value)
+    assert message.startswith("prompt: 3 code point(s) are not characters") and "\n" not in message
+    assert "U+DCED, U+DCA0, U+DC80" in message and "bytes ED A0 80" in message
+    assert check_code_points("床前明月光", "prompt") == "床前明月光"
+
+
+@pytest.mark.parametrize("bad", [[-1], "vocab_size", [2, -3, 10**6]])
+def test_every_decode_path_refuses_ids_outside_the_vocabulary(ranks_file, bad):
+    for tok in both_tokenizers(ranks_file):
+        ids = [tok.vocab_size] if bad == "vocab_size" else bad
+        wrong = [i for i in ids if not 0 <= i < tok.vocab_size]
+        expected = f"token id\\(s\\) {', '.join(map(str, wrong))} outside the vocabulary's range \\[0, {tok.vocab_size}\\)"
+        for decode in (tok.decode, StreamDecoder(tok).feed, lambda ids: tok.label(ids[-1]),
+                       lambda ids: tok.token_bytes(ids[-1])):
+            with pytest.raises(IndexError, match=expected if decode in (tok.decode,) else "outside the vocabulary"):
+                decode(ids)  # decode([-1]) gave '' (char) and '�' (tiktoken); [vocab_size] a bare IndexError

@@ -1,6 +1,10 @@
 """End to end on a tiny model and corpus: train.py's `train`, then sample.py's `sample`."""
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -8,9 +12,10 @@ from omegaconf import OmegaConf
 
 import sample as sample_script
 import train as train_script
-from data.poetry import form_of
+from data.poetry import LINE_END, form_of
 from model.attention import BackendUnavailableError
-from tests.conftest import make_train_cfg, write_corpus
+from model.inspection.attention_stats import STATISTICS
+from tests.conftest import ROOT, make_train_cfg, write_corpus
 from tests.wandb_records import history
 
 
@@ -38,7 +43,7 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     assert train_losses[-1] < train_losses[0] - 0.5
     bpc = [r["val/bpc"] for r in rows if "val/bpc" in r]
     assert bpc[-1] > val[-1] / 0.6932  # more bits per character than per token: <eos> costs nats, not characters
-    assert any("lr-AdamW" in k for r in rows for k in r)
+    assert any("lr-AdamW/pg1" in r and "lr-AdamW/pg2" in r for r in rows)
     assert any("train/tokens_per_sec" in r and r["train/tokens_per_sec"] > 0 for r in rows)
     assert metrics["val/loss"] == pytest.approx(val[-1], rel=1e-5)
 
@@ -238,3 +243,130 @@ def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
     torch.manual_seed(7)
     fresh = GPT(built["cfg"]).state_dict()
     assert all(torch.equal(fresh[k], v) for k, v in built["state"].items())
+
+
+def readme_metric_keys() -> list[str]:
+    """The keys in the first column of the README's table under "### Metrics"."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Metrics", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return [key for cell in rows for key in re.findall(r"`([^`]+)`", cell)]
+
+
+def key_pattern(key: str) -> str:
+    """A README key as a regular expression: <p>, <l>, <h> are numbers, <statistic> a statistic's name."""
+    pattern = re.escape(key).replace("<statistic>", "(" + "|".join(STATISTICS) + ")")
+    return re.sub("<[a-z]>", r"\\d+", pattern)
+
+
+def test_readme_lists_exactly_the_logged_keys(trained):
+    """Every key the README's Metrics table names is logged, and every logged key is in it
+    (the README named `lr-AdamW`; the logged keys are `lr-AdamW/pg1` and `lr-AdamW/pg2`)."""
+    _, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    logged = {k for row in history(run) for k in row} - {"epoch", "trainer/global_step", "_step", "_runtime",
+                                                          "_timestamp"}
+    listed = readme_metric_keys()
+    assert "lr-AdamW/pg1" in listed and "lr-AdamW" not in listed
+    assert [k for k in listed if not any(re.fullmatch(key_pattern(k), got) for got in logged)] == []
+    assert sorted(k for k in logged if not any(re.fullmatch(key_pattern(r), k) for r in listed)) == []
+
+
+def test_sample_table_of_the_run_keeps_the_poem_rules(trained):
+    cfg, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    tables = sorted((run / "files" / "media" / "table").glob("samples_*.table.json"))
+    rows = json.loads(tables[-1].read_text())["data"]
+    assert len(rows) == 2 * cfg.callbacks.samples.num_samples  # two validations, the table grows
+    for _, poem in rows:
+        assert poem and poem[0] not in LINE_END and not re.search(f"[{LINE_END}]{{2}}", poem), poem
+        assert poem[-1] in LINE_END[1:] or len(poem) == cfg.callbacks.samples.max_new_tokens, poem
+
+
+def run_sample_py(*args, cwd):
+    return subprocess.run([sys.executable, str(ROOT / "sample.py"), *args], cwd=cwd, capture_output=True,
+                          timeout=300, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+
+
+def test_sample_sweep_runs_one_job_per_prompt_and_writes_only_under_logs(trained, tmp_path):
+    ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    done = run_sample_py("-m", f"ckpt_path={ckpt}", "prompt=床前明月光,白日依山尽", "num_samples=1", "max_new_tokens=4",
+                         "format=jsonl", f"paths.log_dir={tmp_path / 'logs'}", cwd=cwd)
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    assert [r["prompt"] for r in records] == ["床前明月光", "白日依山尽"]  # was one job: 床前明月光，白日依山尽
+    assert all(r["poem"].startswith(r["prompt"]) for r in records)
+    assert list(cwd.iterdir()) == []  # no multirun/ in the current folder
+    assert list((tmp_path / "logs" / "sample" / "multirun").glob("*/multirun.yaml"))
+
+
+def test_prompt_bytes_that_are_not_utf8_get_a_one_line_error(trained, tmp_path):
+    ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
+    done = run_sample_py(f"ckpt_path={ckpt}".encode(), b"prompt=\xed\xa0\x80", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().splitlines() == [
+        "error: prompt: 3 code point(s) are not characters (lone surrogates, which UTF-8 cannot encode): "
+        "U+DCED, U+DCA0, U+DC80; they stand for the bytes ED A0 80, which are not UTF-8. Give the text as UTF-8."]
+
+
+@pytest.mark.parametrize("option", ["prompt", "acrostic"])
+def test_sampling_names_the_option_with_bad_code_points(trained, option):
+    with pytest.raises(ValueError, match=f"^{option}: 1 code point.*U\\+D800"):
+        sample_script.sample(sample_cfg(trained, **{option: "明\ud800"}))
+
+
+def test_attention_map_text_with_bad_code_points_is_named(trained):
+    from model.training.lit import load_for_inference
+
+    lit = load_for_inference(trained[2] / "checkpoints" / "test" / "last.ckpt")
+    with pytest.raises(ValueError, match="^text: 1 code point.*U\\+D800"):
+        lit.encode_line("床\ud800", "text")
+
+
+def test_the_end_of_training_logs_the_evaluation_table(trained):
+    cfg, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    (table_file,) = (run / "files" / "media" / "table" / "eval").glob("poems_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"][:3] == ["set", "n", "regulated"]
+    sets = [row[0] for row in table["data"]]
+    assert sets == ["human (held-out)", "free", "wujue", "wujue+meter", "qilv", "qilv+meter"]  # conftest's sets
+    rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
+    assert rows["free"]["n"] == cfg.callbacks.evaluation.num_samples == 4 and rows["qilv"]["qilv"] == 1
+    assert rows["wujue+meter"]["meter"] == 1 and rows["qilv+meter"]["meter"] == rows["qilv+meter"]["rhyme"] == 1
+    human = rows["human (held-out)"]
+    assert human["n"] == 20 and human["regulated"] == 1 and human["wujue"] + human["qijue"] == 1  # 5 五绝, 1 七绝
+    history_rows = history(run)
+    seconds = [r["eval/seconds"] for r in history_rows if "eval/seconds" in r]
+    assert len(seconds) == 1 and seconds[0] > 0
+    assert any("eval/free/distinct_2" in r for r in history_rows)
+    assert any("attn/L1H1/prev_line_rhyme" in r for r in history_rows)  # the new attention statistics follow
+
+
+def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
+    """evaluate.py: the table, the JSON, and val/bpc by the data module's validation: the
+    training's last logged value, since last.ckpt holds the weights of the last validation."""
+    import evaluate as evaluate_script
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    cfg, metrics, tmp_path = trained
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        ecfg = compose("evaluate", overrides=[
+            f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}",
+            f"data.corpus_path={cfg.data.corpus_path}", f"data.cache_dir={cfg.data.cache_dir}",
+            "num_samples=4", "sets=[free,rhyme,meter]", "forms=[wulv]", "reference=12", "max_new_tokens=60"])
+    report = evaluate_script.evaluate(ecfg)
+    assert report["checkpoint"].endswith("test/last.ckpt")  # the newest by default
+    assert list(report["rows"]) == ["human (held-out)", "free", "wulv+rhyme", "wulv+meter"]
+    assert report["rows"]["wulv+meter"]["meter"] == 1 and report["rows"]["wulv+rhyme"]["rhyme_regulated"] == 1
+    assert report["val"]["val/bpc"] == pytest.approx(metrics["val/bpc"], rel=1e-5)
+    saved = json.loads((tmp_path / "logs" / "evaluate" / "test" / "evaluate.json").read_text())
+    assert saved["rows"] == report["rows"] and len(saved["poems"]["wulv+meter"]) == 4
+    assert saved["settings"]["sample_sets"]["wulv+meter"] == {"form": "wulv", "meter": True}
+    evaluate_script.main.__wrapped__(ecfg)  # the printed table
+    out = capsys.readouterr().out
+    assert "human (held-out)" in out and "wulv+meter" in out and f"val/bpc {metrics['val/bpc']:.4f}" in out

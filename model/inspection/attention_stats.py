@@ -15,12 +15,18 @@ characters). Every statistic is a mean over the rows i ≥ 1 where it is defined
 | `first_token` | w_i,0 (the `<bos>`) | weight |
 | `punctuation` | Σ of w_ij over line-end marks j ≤ i (rows that can see one) | weight |
 | `prev_line_same_pos` | w_ij, j = the same position in the previous line (rows where it exists) | weight |
+| `prev_line_next_pos` | w_ij, j = the previous line's position aligned with token i + 1, the one row i predicts (rows where it exists) | weight |
+| `prev_line_rhyme` | w_ij, j = the previous line's last character, its rhyme position (rows of a line after a line) | weight |
 
 The masses overlap (row 1's previous token is the first token; a line's first character's
 previous token is a mark). "Same position in the previous line": position p of line n
 looks at position p of line n−1, where lines end at a mark of `data.poetry.LINE_END`
 (the mark itself is a line's last position). In regulated verse the lines of a couplet
-are parallel (对仗) position by position, so a head that looks there has learned the form.
+are parallel (对仗) position by position. A causal model predicts at row i the token i + 1,
+so the head that serves the pairing looks at the character aligned with i + 1 — one after
+the same position (`prev_line_next_pos`: from `，` to 床, from 疑 to 前, …); a head that
+looks at the previous line's last character from every row (`prev_line_rhyme`: 光 from
+疑是地上) keeps the rhyme in view.
 
 Baselines (lesson `shared/seeds/001…`): section 3's map from random q, k of size d = 8,
 and section 5's head: random x, W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
@@ -34,7 +40,8 @@ import torch
 from data.poetry import LINE_END
 from model.attention import causal_attention_weights
 
-STATISTICS = ("entropy", "max_weight", "self", "prev_token", "first_token", "punctuation", "prev_line_same_pos")
+STATISTICS = ("entropy", "max_weight", "self", "prev_token", "first_token", "punctuation", "prev_line_same_pos",
+              "prev_line_next_pos", "prev_line_rhyme")
 """Names of the per-head statistics, in table order."""
 
 PATTERNS = {
@@ -42,21 +49,28 @@ PATTERNS = {
     "prev_token": "previous-token head",
     "first_token": "first-token head",
     "punctuation": "punctuation head",
-    "prev_line_same_pos": "parallel-position head",
+    "prev_line_same_pos": "same-position head",
+    "prev_line_next_pos": "parallel-position head",
+    "prev_line_rhyme": "rhyme head",
 }
 """A head flagged high on one of these masses is named after the largest of them."""
 
 
-def line_structure(tokens: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where the line-end marks are, and each position's same position in the previous line.
+def line_structure(tokens: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where the line-end marks are, each position's same position in the previous line, and
+    the previous line's last character.
 
     tokens: T strings (`<bos>` or anything that is not a character counts as no line
     position; a string in `LINE_END` closes its line) → (is_mark: (T,) bool,
     parallel: (T,) int64 index of the same position in the previous line, −1 where there is
-    none: first line, `<bos>`, or a previous line too short). Never raises.
+    none: first line, `<bos>`, or a previous line too short; rhyme: (T,) int64 index of
+    the previous line's last character before its mark, −1 where there is none). The
+    previous line must end with a mark right before the line. Never raises.
     """
+    T = len(tokens)
     is_mark = torch.tensor([t in LINE_END for t in tokens], dtype=torch.bool)
-    parallel = torch.full((len(tokens),), -1, dtype=torch.long)
+    parallel = torch.full((T,), -1, dtype=torch.long)
+    rhyme = torch.full((T,), -1, dtype=torch.long)
     starts, start = [], None  # start index of each line
     for i, t in enumerate(tokens):
         if len(t) != 1:  # <bos> / <eos>: not part of a line
@@ -65,14 +79,16 @@ def line_structure(tokens: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         if start is None:
             start = i
             starts.append(i)
-        if len(starts) >= 2:
+        prev_end = start - 1  # the previous line ends right before this one starts…
+        if len(starts) >= 2 and tokens[prev_end] in LINE_END:  # …with a mark
             p, prev_start = i - start, starts[-2]
-            prev_end = start - 1  # the previous line ends right before this one starts…
-            if prev_start + p <= prev_end and tokens[prev_end] in LINE_END:  # …with a mark
+            if prev_start + p <= prev_end:
                 parallel[i] = prev_start + p
+            if prev_end - 1 >= prev_start:
+                rhyme[i] = prev_end - 1
         if t in LINE_END:
             start = None
-    return is_mark, parallel
+    return is_mark, parallel, rhyme
 
 
 def _row_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -99,9 +115,10 @@ def head_statistics(maps: torch.Tensor, tokens: list[str]) -> dict[str, torch.Te
     w = maps.detach().float().cpu()
     rows = torch.arange(T) >= 1
     i = torch.arange(T)
-    is_mark, parallel = line_structure(tokens)
+    is_mark, parallel, rhyme = line_structure(tokens)
     sees_mark = is_mark.cumsum(0) > 0
-    has_parallel = parallel >= 0
+    next_parallel = torch.full_like(parallel, -1)
+    next_parallel[:-1] = parallel[1:]  # (T,) the previous line's position aligned with token i + 1
     entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)  # (..., T), 0 · ln 0 = 0
     prev = torch.zeros_like(w[..., 0])
     prev[..., 1:] = w[..., i[1:], i[1:] - 1]
@@ -112,7 +129,9 @@ def head_statistics(maps: torch.Tensor, tokens: list[str]) -> dict[str, torch.Te
         "prev_token": _row_mean(prev, rows),
         "first_token": _row_mean(w[..., 0], rows),
         "punctuation": _row_mean((w * is_mark).sum(-1), rows & sees_mark),
-        "prev_line_same_pos": _row_mean(w[..., i, parallel.clamp_min(0)], rows & has_parallel),
+        "prev_line_same_pos": _row_mean(w[..., i, parallel.clamp_min(0)], rows & (parallel >= 0)),
+        "prev_line_next_pos": _row_mean(w[..., i, next_parallel.clamp_min(0)], rows & (next_parallel >= 0)),
+        "prev_line_rhyme": _row_mean(w[..., i, rhyme.clamp_min(0)], rows & (rhyme >= 0)),
     }
 
 

@@ -1,4 +1,4 @@
-"""Constrained decoding of poem forms, acrostics (藏头诗) and rhyme (押韵).
+"""Constrained decoding of poem forms, acrostics (藏头诗), rhyme (押韵) and 格律 (meter).
 
 `PoemConstraint` is a logits processor for `GPT.generate`: at each step it sets to -inf the
 logits of every token that would break the requested shape, so 100% of the poems have it:
@@ -8,7 +8,12 @@ logits of every token that would break the requested shape, so 100% of the poems
   count is the acrostic's length and the first line's length (5 or 7) sets the others';
 - `rhyme`: the last characters of the even lines share one 平水韵 level-tone group and do
   not repeat (the first rhyme picks the group, among those with a character in the
-  vocabulary for every even line; a prompt's rhyme fixes it).
+  vocabulary for every even line; a prompt's rhyme fixes it);
+- `meter` (with `form`; implies `rhyme`): every character's tone (平/仄) follows one of the
+  form's four standard 近体诗 patterns (`data.meter.patterns`: 平起/仄起, first line rhymed or
+  not; 黏 and 对 follow), the poem settling on a pattern as it goes. A polyphonic character
+  fits either tone; a character outside the tone table never stands in such a poem. A first
+  line that ends level rhymes with the even lines.
 A line's characters are CJK ideographs (Unicode category Lo); punctuation only closes lines.
 """
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from data.meter import LEVEL, OBLIQUE, patterns, tones
 from data.poetry import FORMS, is_hanzi
 from data.rhyme import rhyme_groups
 from data.tokenizer import CharTokenizer
@@ -35,26 +41,31 @@ class _Row:
     n_chars: int | None = None  # characters per line, once known
     groups: frozenset[str] | None = None  # rhyme groups every rhyme so far shares
     rhymes: set[str] = field(default_factory=set)
+    patterns: frozenset[str] | None = None  # meter: the patterns the poem still fits (None = all)
     ended: bool = False  # the last line is closed: only <eos> remains
 
 
 class PoemConstraint:
-    """Logits processor forcing `form`, `acrostic` and `rhyme` (see the module docstring).
+    """Logits processor forcing `form`, `acrostic`, `rhyme` and `meter` (see the module docstring).
 
-    tokenizer: the model's CharTokenizer; script: the model's script, for the rhyme table.
-    Call `check_text(prompt)` before generating: it raises ValueError if the prompt cannot
-    begin such a poem. raises ValueError for an unknown form, a form and acrostic of
-    different line counts, rhyme without form or acrostic, a non-character tokenizer, or a
-    vocabulary without `，` and `。`; UnknownCharactersError for acrostic characters outside
-    the vocabulary.
+    tokenizer: the model's CharTokenizer; script: the model's script, for the rhyme and tone
+    tables. Call `check_text(prompt)` before generating: it raises ValueError if the prompt
+    cannot begin such a poem. raises ValueError for an unknown form, a form and acrostic of
+    different line counts, rhyme without form or acrostic, meter without form, an acrostic
+    that fits no tone pattern, a non-character tokenizer, or a vocabulary without `，` and
+    `。` (or, for meter, without characters of both tones); UnknownCharactersError for
+    acrostic characters outside the vocabulary.
     """
 
     def __init__(self, tokenizer: CharTokenizer, form: str | None = None, acrostic: str = "",
-                 rhyme: bool = False, script: str = "simplified"):
+                 rhyme: bool = False, script: str = "simplified", meter: bool = False):
         if not isinstance(tokenizer, CharTokenizer):
-            raise ValueError("form, acrostic and rhyme need a character-level model (tokenizer=char)")
+            raise ValueError("form, acrostic, rhyme and meter need a character-level model (tokenizer=char)")
         if form is not None and form not in FORMS:
             raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)}")
+        if meter and form is None:
+            raise ValueError(f"meter needs a form to know the tone patterns; give form= one of {', '.join(FORMS)}")
+        rhyme = rhyme or meter
         if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
             raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
         tokenizer.encode(acrostic)  # raises UnknownCharactersError listing them
@@ -66,7 +77,7 @@ class PoemConstraint:
                              "nothing to constrain: give a form, an acrostic or both")
         if missing := [m for m in MARKS if m not in tokenizer.stoi]:
             raise ValueError(f"the vocabulary lacks {''.join(missing)}; it cannot close lines")
-        self.tok, self.form, self.acrostic, self.rhyme = tokenizer, form, acrostic, rhyme
+        self.tok, self.form, self.acrostic, self.rhyme, self.meter = tokenizer, form, acrostic, rhyme, meter
         self.n_lines, self.n_chars = n_lines, n_chars
         V = tokenizer.vocab_size
         self.hanzi = torch.tensor([is_hanzi(c) for c in tokenizer.itos])  # (V,) bool
@@ -80,8 +91,26 @@ class PoemConstraint:
         if rhyme and not self.open_groups:
             raise ValueError(f"no 平水韵 level-tone group has {n_lines // 2} characters in this vocabulary")
         self._masks: dict[str, torch.Tensor] = {}  # allowed tokens per expectation, built once
+        self.patterns: dict[str, tuple[str, ...]] = {}  # meter: name → one 平/仄 string per line
+        self.tones: dict[str, frozenset[str]] = {}  # meter: character → its tones
+        self.tone_masks: dict[str, torch.Tensor] = {}  # meter: tone → (V,) bool, the characters that have it
+        if meter:
+            self._set_up_meter(script)
         self.rows: list[_Row] = []
         self.consumed = 0
+
+    def _set_up_meter(self, script: str) -> None:
+        """The form's patterns (those the acrostic's line openings fit), the vocabulary's tones and
+        tone masks. raises ValueError if the vocabulary lacks a tone or the acrostic fits no pattern."""
+        itos = self.tok.itos
+        self.tones = tones((c for c in itos if is_hanzi(c)), script)
+        self.tone_masks = {t: torch.tensor([t in self.tones.get(c, ()) for c in itos]) for t in (LEVEL, OBLIQUE)}
+        if not all(m.any() for m in self.tone_masks.values()):
+            raise ValueError("meter needs characters of both tones (平 and 仄) in the vocabulary")
+        self.patterns = {name: lines for name, lines in patterns(self.form).items()
+                         if all(line[0] in self.tones[c] for line, c in zip(lines, self.acrostic))}
+        if not self.patterns:
+            raise ValueError(f"the acrostic {self.acrostic!r} fits none of the {self.form} tone patterns (meter=true)")
 
     def max_tokens(self) -> int:
         """Tokens of the longest allowed poem, marks and `<eos>` included (not `<bos>`)."""
@@ -127,16 +156,48 @@ class PoemConstraint:
         """(V,) bool: the tokens allowed next in this row (shared tensors: do not modify)."""
         _, expected = self._expected(row)
         if expected is None:
-            return self.hanzi
-        if "rhyme" in expected:
-            return self._rhyme_candidates(row)
-        key = "".join(sorted(c or "*" for c in expected))
-        if key not in self._masks:
-            allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
-            allowed[self.tok.eos_id] = row.ended
-            allowed[[self.tok.stoi[c] for c in expected if c]] = True
-            self._masks[key] = allowed | self.hanzi if None in expected else allowed
-        return self._masks[key]
+            allowed = self.hanzi
+        elif "rhyme" in expected:
+            allowed = self._rhyme_candidates(row)
+        else:
+            key = "".join(sorted(c or "*" for c in expected))
+            if key not in self._masks:
+                allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+                allowed[self.tok.eos_id] = row.ended
+                allowed[[self.tok.stoi[c] for c in expected if c]] = True
+                self._masks[key] = allowed | self.hanzi if None in expected else allowed
+            allowed = self._masks[key]
+        if self.meter and not row.ended and row.pos < self.n_chars:
+            allowed = allowed & self._tone_mask(row)
+        return allowed
+
+    def _row_patterns(self, row: _Row) -> frozenset[str]:
+        return frozenset(self.patterns) if row.patterns is None else row.patterns
+
+    def _first_line_rhyme(self, row: _Row) -> bool:
+        """Whether the row is at the first line's last character, where a level tone is a rhyme."""
+        return self.meter and row.line == 0 and row.pos == self.n_chars - 1
+
+    def _tone_mask(self, row: _Row) -> torch.Tensor:
+        """(V,) bool: characters of a tone some pattern the row still fits has at this position;
+        at the first line's end a level character must also be a rhyme (首句入韵)."""
+        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+        for tone in {self.patterns[p][row.line][row.pos] for p in self._row_patterns(row)}:
+            rhymes = tone == LEVEL and self._first_line_rhyme(row)
+            allowed |= self._rhyme_candidates(row) if rhymes else self.tone_masks[tone]
+        return allowed
+
+    def _advance_meter(self, row: _Row, c: str) -> str | None:
+        """Narrow the row's patterns to those c's tones fit; returns why c fits none, or None."""
+        have = self.tones.get(c, frozenset())
+        kept = frozenset(p for p in self._row_patterns(row) if self.patterns[p][row.line][row.pos] in have)
+        if not kept:
+            needed = "/".join(sorted({self.patterns[p][row.line][row.pos] for p in self._row_patterns(row)}))
+            return f"line {row.line + 1} character {row.pos + 1} must be {needed} (meter: the tone patterns so far)"
+        if self._first_line_rhyme(row) and LEVEL in have and any(self.patterns[p][0][-1] == LEVEL for p in kept):
+            row.groups, row.rhymes = self.groups[c], {c}  # 首句入韵: it picks the rhyme group
+        row.patterns = kept
+        return None
 
     def _rhyme_candidates(self, row: _Row) -> torch.Tensor:
         groups = row.groups if row.groups is not None else self.open_groups
@@ -157,6 +218,8 @@ class PoemConstraint:
             ok = c in expected or (None in expected and is_hanzi(c))
         if not ok:
             return why
+        if self.meter and c not in MARKS and (reason := self._advance_meter(row, c)):
+            return reason
         if c in MARKS:
             row.n_chars = row.n_chars or row.pos
             row.line, row.pos = row.line + 1, 0

@@ -48,18 +48,29 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def check_logits(logits: torch.Tensor, source: str) -> None:
+    """raises ValueError if logits (any shape, float) hold NaN or +inf; -inf (a forbidden token)
+    is allowed. source: what produced them, for the message."""
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise ValueError(f"{source} produced NaN or +inf logits; refusing to sample from them")
+
+
 def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = None,
                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row: logits (B, V) float → (B, 1) int64.
 
-    temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError if a
-    row allows no token at all (every logit -inf).
+    temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError, at any
+    temperature, if the logits hold NaN or +inf, if a row allows no token at all (every logit
+    -inf), or if logits / temperature overflow (a temperature too close to 0: use 0).
     """
+    check_logits(logits, "the model or a logits processor")
     if torch.isneginf(logits).all(dim=-1).any():
         raise ValueError("no token is allowed at this step (every logit is -inf)")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
+    if torch.isposinf(logits).any():
+        raise ValueError(f"temperature={temperature} is too small: logits / temperature overflow; use 0 for greedy")
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
@@ -88,21 +99,27 @@ class RepetitionPenalty:
         return torch.where(seen, scaled, logits)
 
 
-class EndAfterSentence:
-    """Lets a poem end (`eos_id`) only right after a token whose text ends a sentence
-    (。？！；), and never samples `bos_id`: no empty poems, no poem cut mid-line.
+class PoemBoundaries:
+    """The rules every sampled poem keeps, with or without a form: a poem ends (`eos_id`) only
+    right after a token whose text ends a sentence (。？！；); a line mark never follows `<bos>`
+    or another mark (no poem starts with `。`, no empty line); `bos_id` is never sampled.
+    So there are no empty poems and no poem cut mid-line.
 
-    closers: (V,) bool, the tokens after which the poem may end (`eos_id` is added: an
-    ended row keeps getting `<eos>`).
+    closers: (V,) bool, the tokens after which the poem may end (`eos_id` is added: an ended
+    row keeps getting `<eos>`); marks: (V,) bool, the tokens whose text starts with a line mark
+    (，。？！；); after_mark: (V,) bool, the tokens whose text ends with one.
     """
 
-    def __init__(self, closers: torch.Tensor, bos_id: int, eos_id: int):
-        self.closers, self.bos_id, self.eos_id = closers.clone(), bos_id, eos_id
+    def __init__(self, closers: torch.Tensor, marks: torch.Tensor, after_mark: torch.Tensor, bos_id: int, eos_id: int):
+        self.closers, self.marks, self.bos_id, self.eos_id = closers.clone(), marks, bos_id, eos_id
         self.closers[eos_id] = True
+        self.no_mark_next = after_mark.clone()
+        self.no_mark_next[bos_id] = True
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.clone()
         logits[:, self.bos_id] = float("-inf")
-        may_end = self.closers.to(idx.device)[idx[:, -1]]  # (B,)
-        logits[~may_end, self.eos_id] = float("-inf")
-        return logits
+        last = idx[:, -1]  # (B,)
+        logits[~self.closers.to(idx.device)[last], self.eos_id] = float("-inf")
+        no_mark = self.no_mark_next.to(idx.device)[last][:, None] & self.marks.to(idx.device)  # (B, V)
+        return logits.masked_fill(no_mark, float("-inf"))

@@ -1,7 +1,8 @@
-"""Callbacks that look inside the model at each validation: attention maps and sampled poems.
+"""Callbacks that look inside the model at each validation (attention maps, sampled poems) and
+at the end of training (the evaluation table of `evaluate.py` on a few poems).
 
-Both act on rank 0 only, skip the sanity check, and send what they make to the first
-logger that can take it (Weights & Biases: images and a table). Attention maps are also
+They act on rank 0 only, skip the sanity check, and send what they make to the first
+logger that can take it (Weights & Biases: images and tables). Attention maps are also
 written as PNG files under the run folder, so they exist whatever the logger.
 """
 from __future__ import annotations
@@ -24,7 +25,10 @@ from model.inspection.attention_stats import (
     lesson_head_maps,
     lesson_qk_maps,
 )
+from model.inspection.evaluation import is_char_model, sample_and_measure, sample_requests
 from model.inspection.plots import attention_grid
+from model.inspection.poem_metrics import METRICS
+from model.sampling.poems import SamplingOptions, sample_poems
 
 
 def _wandb(trainer: L.Trainer) -> WandbLogger | None:
@@ -83,7 +87,8 @@ class AttentionMapLogger(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Encode the probes (raising now for bad ones) and measure the baselines."""
         start = time.perf_counter()
-        self._probes = [pl_module.encode_line(text) for text in self.probe_lines]  # [(ids (1, T), tokens)]
+        self._probes = [pl_module.encode_line(text, f"callbacks.attention_maps.probe_lines[{p}]")
+                        for p, text in enumerate(self.probe_lines)]  # [(ids (1, T), tokens)]
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
         for (_, tokens), maps in zip(self._probes, self._init_maps):
@@ -147,23 +152,59 @@ class AttentionMapLogger(L.Callback):
 
 class SampleLogger(L.Callback):
     """Samples a few poems at each validation and logs them as a wandb table `samples`
-    (columns: step, poem). Seeded, so the same checkpoint gives the same table."""
+    (columns: step, poem), through the one sampling path (`model.sampling.poems.sample_poems`:
+    the same poem rules as `sample.py`). Seeded, so the same checkpoint gives the same table.
+    `poems` keeps the last poems sampled."""
 
     def __init__(self, num_samples: int = 4, max_new_tokens: int = 100, temperature: float = 0.8,
                  top_k: int | None = 50, seed: int = 0):
-        self.num_samples, self.max_new_tokens = num_samples, max_new_tokens
-        self.temperature, self.top_k, self.seed = temperature, top_k, seed
+        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_k=top_k, seed=seed)
         self.rows: list[list] = []
+        self.poems: list[str] = []
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (logger := _wandb(trainer)) is None:
             return
-        tok = pl_module.tokenizer
-        gen = torch.Generator(device=pl_module.device).manual_seed(self.seed)
-        start = torch.full((self.num_samples, 1), tok.bos_id, device=pl_module.device)
         with _eval_mode(pl_module.gpt):
-            out = pl_module.gpt.generate(start, self.max_new_tokens, self.temperature, self.top_k,
-                                         eos_id=tok.eos_id, generator=gen)
-        self.rows += [[trainer.global_step, tok.decode(row.tolist())] for row in out]
+            self.poems = sample_poems(pl_module, self.options)
+        self.rows += [[trainer.global_step, poem] for poem in self.poems]
         logger.log_text(key="samples", columns=["step", "poem"], data=self.rows, step=trainer.global_step)
+
+
+class PoemEvaluationLogger(L.Callback):
+    """At the end of training, `evaluate.py`'s table on a few poems, logged to wandb.
+
+    corpus_path: the training corpus (held-out reference poems, training lines for `copy`);
+    num_samples: poems per sample set; sets, forms: which sample sets
+    (`model.inspection.evaluation.sample_requests`; a BPE model gets `free` only); reference:
+    held-out human poems; the sampling options as in `sample.py`. Logs a table `eval/poems`
+    (columns: set, then `model.inspection.poem_metrics.METRICS`; the first row the human
+    reference), the free set's figures as scalars `eval/free/<metric>`, and `eval/seconds`,
+    the time it took (also kept in `seconds`). `val/bpc` is the last validation's, logged by
+    the model. Does nothing without a wandb logger. raises ValueError for unknown sets or forms.
+    """
+
+    def __init__(self, corpus_path: str, num_samples: int = 16, sets: Sequence[str] = ("free", "form", "rhyme", "meter"),
+                 forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200,
+                 max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 200, seed: int = 1337):
+        sample_requests(sets, forms)  # raises for unknown names, before training
+        self.corpus_path, self.sets, self.forms, self.reference = corpus_path, list(sets), list(forms), reference
+        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_k=top_k, seed=seed)
+        self.seconds = 0.0
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (logger := _wandb(trainer)) is None:
+            return
+        start = time.perf_counter()
+        requests = sample_requests(self.sets, self.forms, is_char_model(pl_module))
+        _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
+        self.seconds = time.perf_counter() - start
+        step = trainer.global_step
+        logger.log_table(key="eval/poems", columns=["set", *METRICS],
+                         data=[[name, *(row[m] for m in METRICS)] for name, row in rows.items()], step=step)
+        logger.log_metrics({**{f"eval/free/{m}": v for m, v in rows.get("free", {}).items() if v is not None},
+                            "eval/seconds": self.seconds}, step=step)

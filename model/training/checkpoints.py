@@ -20,8 +20,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from data.tokenizer import SPECIALS
 from model.training.lit import latest_checkpoint
 
-SHAPE_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "bias")
-"""GPTConfig fields that give the weights their shapes (and names: `bias` adds tensors)."""
+FREE_ON_RESUME = ("dropout", "attention")
+"""GPTConfig fields a resumed run may change; every other one shapes the network."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -72,11 +72,11 @@ def load_checkpoint(path: Path) -> dict:
 
 def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
     """raises ValueError `model.n_layer: checkpoint 4, asked 2 ...` for the first GPTConfig
-    field that gives the weights another shape in `model` than in checkpoint `ckpt`
-    (dropout and the attention backend may change on resume)."""
+    field (n_layer, n_embd, head, ...) whose value in `model` differs from checkpoint `ckpt`'s;
+    dropout and the attention backend may change on resume."""
     saved = ckpt["hyper_parameters"]["model"]
-    for key in SHAPE_KEYS:
-        if saved[key] != model[key]:
+    for key in model:
+        if key in saved and key not in FREE_ON_RESUME and saved[key] != model[key]:
             raise ValueError(f"model.{key}: checkpoint {saved[key]}, asked {model[key]} "
                              f"({path} cannot resume with another shape; use the settings it was trained with)")
 

@@ -17,12 +17,15 @@ import time
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import Timer
 import torch
 from torchmetrics import SumMetric
 
+from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
-from data.tokenizer import UnknownCharactersError, tokenizer_from_state
+from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
+from model.training.muon import MuonAdamW
 
 
 class NonFiniteLossError(ValueError):
@@ -48,47 +51,53 @@ class LitGPT(L.LightningModule):
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
-        self.val_nats, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric()  # keep NaN a NaN
+        self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
         return self.gpt(idx, targets)
 
-    def to_model_text(self, text: str) -> str:
-        """A user's text (either script) → the model's script (`data.script.prompt_to_script`).
+    def to_model_text(self, text: str, option: str = "text") -> str:
+        """A user's text (either script) → the model's script; every text entering the product
+        passes here. Checks the code points (`data.tokenizer.check_code_points`), converts only
+        what is not already in the model's script (`data.script.prompt_to_script`, with the
+        characters the model was trained on), and checks the vocabulary.
 
-        raises UnknownCharactersError listing the characters still outside the vocabulary,
-        with the in-vocabulary variants OpenCC knows for them as suggestions.
+        option: the text's name in messages (`prompt`, `acrostic`, ...). raises
+        InvalidCodePointsError, UnknownCharactersError naming the option and the characters
+        still outside the vocabulary, with the in-vocabulary variants OpenCC knows for them.
         """
-        script = self.hparams.script
-        text = prompt_to_script(text, script)
-        try:
-            self.tokenizer.encode(text)
-        except UnknownCharactersError as err:
-            hints = {c: sorted({v for v in (prompt_to_script(v, script) for v in variants(c))
-                                if not self.tokenizer.unknown(v)}) for c in err.unknown}
+        script, tok = self.hparams.script, self.tokenizer
+        text = prompt_to_script(check_code_points(text, option), script, tok.known_characters)
+        if unknown := tok.unknown(text):
+            hints = {c: sorted({v for v in (prompt_to_script(v, script, tok.known_characters) for v in variants(c))
+                                if not tok.unknown(v)}) for c in unknown}
             said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items() if v)
-            if not said:
-                raise
-            raise UnknownCharactersError(err.unknown, f"Variants in the vocabulary: {said}.") from None
+            raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
         return text
 
-    def encode_line(self, text: str) -> tuple[torch.Tensor, list[str]]:
+    def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
         """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
         module's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
 
-        raises UnknownCharactersError listing characters outside the vocabulary, ValueError
-        if the text is empty or T exceeds the model's block_size.
+        option: the text's name in messages. raises as `to_model_text`; ValueError if the text
+        is empty or T exceeds the model's block_size.
         """
         if not text:
-            raise ValueError("the text is empty; give a line of poetry, e.g. text=床前明月光，疑是地上霜。")
-        text = self.to_model_text(text)
+            raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
+        text = self.to_model_text(text, option)
         ids = self.tokenizer.encode(text, bos=True)
         if len(ids) > self.gpt.cfg.block_size:
-            raise ValueError(f"the text has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
+            raise ValueError(f"{option} has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
                              f"than the model's block_size {self.gpt.cfg.block_size}. Use a shorter text.")
         return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
+
+    def setup(self, stage: str) -> None:
+        """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
+        token counts (a resumed run then restores the order it was trained with)."""
+        if stage == "fit" and (dm := getattr(self.trainer, "datamodule", None)) is not None:
+            self.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
 
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
@@ -108,44 +117,81 @@ class LitGPT(L.LightningModule):
         self._last_step_time = None  # validation time is not training throughput
 
     def validation_step(self, batch, batch_idx):
-        """Logs `val/loss` (mean nats per token) and accumulates nats and characters for `val/bpc`."""
-        x, y = batch
-        logits, loss = self.gpt(x, y)  # logits (B, T, vocab_size)
-        self.log("val/loss", loss, prog_bar=True, batch_size=x.size(0), sync_dist=True)
-        self.val_nats.update(loss.detach() * y.numel())
-        self.val_chars.update(self.char_counts[y].sum())
+        """Accumulates the batch's nats, scored tokens and poem characters (targets -1 are not scored)."""
+        x, y = batch  # (B, T), (B, T)
+        _, loss = self.gpt(x, y)  # mean nats per scored token
+        scored = y != IGNORE  # (B, T)
+        self.val_nats.update(loss.detach() * scored.sum())
+        self.val_tokens.update(scored.sum())
+        self.val_chars.update(self.char_counts[y[scored]].sum())
 
     def on_validation_epoch_end(self) -> None:
-        """Logs `val/bpc` = total nats ÷ poem characters ÷ ln 2, summed over all ranks, and
-        `step` = global_step: Lightning then logs this validation's metrics at that step (by
-        default it uses global_step − 1 here), the step the callbacks log their images at."""
-        bpc = self.val_nats.compute() / self.val_chars.compute() / math.log(2)
-        self.log("val/bpc", bpc, prog_bar=True)
+        """Logs `val/loss` = total nats ÷ scored tokens and `val/bpc` = total nats ÷ poem
+        characters ÷ ln 2, summed over all batches and ranks (a NaN stays NaN), and `step` =
+        global_step: Lightning then logs this validation's metrics at that step (by default it
+        uses global_step − 1 here), the step the callbacks log their images at."""
+        nats = self.val_nats.compute()
+        self.log("val/loss", nats / self.val_tokens.compute(), prog_bar=True)
+        self.log("val/bpc", nats / self.val_chars.compute() / math.log(2), prog_bar=True)
         self.log("step", float(self.global_step), sync_dist=True)  # the same on every rank
-        self.val_nats.reset()
-        self.val_chars.reset()
+        for metric in (self.val_nats, self.val_tokens, self.val_chars):
+            metric.reset()
 
     def configure_optimizers(self):
-        """AdamW, weight decay on matrices only (nanoGPT); linear warmup, then cosine decay to
-        `min_lr_ratio · lr` at the last step (Loshchilov & Hutter 2017), updated every step."""
+        """`build_optimizer` (AdamW, or Muon + AdamW); `lr_factor` every step, its progress the
+        fraction of `trainer.max_steps` done or, with `trainer.max_time` (budget mode), of the
+        time budget spent, whichever is further: a budget run anneals when its time ends."""
         o = self.hparams.optim
-        decay = [p for p in self.gpt.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.gpt.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o["betas"]),
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup, floor = min(o["warmup_steps"], total - 1), o["min_lr_ratio"]
+        opt = build_optimizer(self.gpt, o)
+        total = self.trainer.estimated_stepping_batches  # inf when only trainer.max_time ends the run
+        timer = next((c for c in self.trainer.callbacks if isinstance(c, Timer)), None)  # set by trainer.max_time
+        warmup = o["warmup_steps"] if math.isinf(total) else min(o["warmup_steps"], int(total) - 1)
 
         def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+            progress = 0.0 if math.isinf(total) else (step - warmup) / max(1, total - warmup)
+            if timer is not None:  # budget mode: the elapsed fraction of trainer.max_time, if further
+                elapsed = timer.time_elapsed("train")
+                progress = max(progress, elapsed / (elapsed + timer.time_remaining("train")))
+            return lr_factor(step, warmup, o["min_lr_ratio"], progress)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+OPTIMIZERS = ("adamw", "muon")
+
+
+def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
+    """The optimizer `o["name"]` names (default adamw) over gpt's parameters.
+
+    adamw: AdamW (lr, betas, weight_decay on matrices only, as nanoGPT). muon: `MuonAdamW`, Muon
+    (muon_lr, muon_momentum, muon_weight_decay) for the weight matrices inside the blocks, AdamW
+    as above for embeddings, output layer and vectors. raises ValueError for another name.
+    """
+    name = o.get("name", "adamw")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"model.optim.name={name!r} is not one of {OPTIMIZERS}")
+    named = list(gpt.named_parameters())
+    hidden = [p for n, p in named if name == "muon" and n.startswith("blocks.") and p.dim() == 2]
+    ids = {id(p) for p in hidden}
+    decay = [p for _, p in named if p.dim() >= 2 and id(p) not in ids]
+    no_decay = [p for _, p in named if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+    muon = {"params": hidden, "use_muon": True, "lr": o["muon_lr"], "momentum": o.get("muon_momentum", 0.95),
+            "weight_decay": o.get("muon_weight_decay", 0.0)}
+    return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
+
+
+def lr_factor(step: int, warmup: int, floor: float, progress: float) -> float:
+    """The learning rate as a fraction of its peak: linear warm-up over `warmup` steps, then cosine
+    decay (Loshchilov & Hutter 2017, SGDR) from 1 to `floor` as `progress` goes from 0 to 1
+    (clamped), e.g. `lr_factor(99, 100, 0.05, 0.0) == 1.0`, `lr_factor(s, 100, 0.05, 1.0) == 0.05`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, max(0.0, progress))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path:

@@ -1,0 +1,236 @@
+"""The default `python train.py` against nanoGPT's CPU configuration, at equal and at twice the time.
+
+    python benchmarks/fixed_time.py                    # the full comparison (about 4× the default run)
+    python benchmarks/fixed_time.py --quick            # 2-minute budgets, for A/B of levers
+    python benchmarks/fixed_time.py --quick --variant base= --variant wd0=model.optim.weight_decay=0
+    python benchmarks/fixed_time.py --check-reference  # the reference against nanoGPT's figures
+
+(a) **The reference**: a plain PyTorch loop, as nanoGPT's `train.py` is (no Lightning), with
+nanoGPT's README CPU configuration: its model (learned positions, tied head, GELU MLP,
+LayerNorm, no bias; `model.gpt.GPT` with those options) of 4 layers × 4 heads × 128, block 64,
+batch 12, random windows drawn with replacement each step from the global RNG after
+`torch.manual_seed(1337)`, AdamW (lr 1e-3, β = (0.9, 0.99), weight decay 0.1 on matrices),
+gradient clipping 1.0, 100 warm-up iterations (lr·(it + 1)/101), then cosine to 1e-4 — over
+`max_iters` iterations, or over a wall-clock budget (the cosine follows the elapsed
+fraction). `--check-reference` trains it for 3,750 and 7,500 iterations and compares with
+nanoGPT's own figures on this corpus (val/loss 5.168 and 4.864, held-out `blocks` windows).
+
+(b) **The default**: `python train.py` (as a subprocess, its whole wall-clock measured), or
+with `trainer.max_time` (budget mode) in `--quick`; the reference is then trained for 1× and
+2× that wall-clock on the same prepared data.
+
+Every model is scored the same way, through the project's `LitGPT` validation, on both
+held-out protocols (`data.val_windows`): `poems` (every held-out poem from its own `<bos>`)
+and `blocks` (non-overlapping 64-token windows of `val.bin`, the protocol of nanoGPT's
+figures). Both count the same 145,210 held-out characters. Prints a table and writes
+`benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from data.datamodule import PoetryDataModule  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
+from model.training.lit import LitGPT, load_for_inference  # noqa: E402
+
+CORPUS, CACHE = ROOT / "data" / "corpus" / "tang.jsonl.xz", ROOT / "data" / "cache"
+NANOGPT = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "lr": 1e-3,
+           "min_lr": 1e-4, "betas": (0.9, 0.99), "warmup_iters": 100, "weight_decay": 0.1, "grad_clip": 1.0}
+"""nanoGPT's README CPU example (config/train_shakespeare_char.py with its command-line changes)."""
+NANOGPT_FIGURES = {3750: 5.168, 7500: 4.864}
+"""nanoGPT itself (3adf61e) on this corpus: val/loss on the `blocks` windows after these iterations."""
+PROTOCOLS = ("poems", "blocks")
+
+
+def machine() -> str:
+    """The CPU model, cores and torch threads, e.g. 'AMD EPYC (2 cores, 2 threads), torch 2.13.0'."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def datamodule(val_windows: str = "poems", block_size: int = 64) -> PoetryDataModule:
+    """The default data (simplified script, characters), prepared, with the given validation windows."""
+    dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows)
+    dm.prepare_data()
+    return dm
+
+
+def score(lit: LitGPT, protocols=PROTOCOLS) -> dict:
+    """`val/loss` and `val/bpc` of a model on each held-out protocol, through `LitGPT`'s own validation."""
+    out = {}
+    for protocol in protocols:
+        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, enable_checkpointing=False)
+        (metrics,) = trainer.validate(lit, datamodule=datamodule(protocol, lit.gpt.cfg.block_size), verbose=False)
+        out[protocol] = {"val_loss": round(metrics["val/loss"], 4), "val_bpc": round(metrics["val/bpc"], 4)}
+    return out
+
+
+def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None, seed: int = 1337,
+                      log_every: int = 250) -> dict:
+    """Train the reference (module docstring) for `max_iters` iterations or `seconds` of wall-clock.
+
+    returns {"iterations", "train_seconds", "tokens_per_sec", "poems": {...}, "blocks": {...}}.
+    raises ValueError unless exactly one of max_iters and seconds is given.
+    """
+    if (max_iters is None) == (seconds is None):
+        raise ValueError("give max_iters or seconds")
+    c = NANOGPT
+    dm = datamodule("blocks")
+    data = dm.tokens("train")
+    torch.manual_seed(seed)
+    cfg = {k: c[k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    lit = LitGPT(model={**cfg, "dropout": 0.0, "bias": False, "attention": "sdpa"}, optim={},
+                 tokenizer=dm.tokenizer.state_dict())
+    gpt = lit.gpt
+    groups = [{"params": [p for p in gpt.parameters() if p.dim() >= 2], "weight_decay": c["weight_decay"]},
+              {"params": [p for p in gpt.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=c["lr"], betas=c["betas"])
+    T, B, warmup = c["block_size"], c["batch_size"], c["warmup_iters"]
+
+    def lr_at(it: int, elapsed: float, warm_end: float) -> float:
+        if it < warmup:
+            return c["lr"] * (it + 1) / (warmup + 1)
+        if max_iters is not None:
+            ratio = (it - warmup) / (max_iters - warmup)
+        else:
+            ratio = (elapsed - warm_end) / max(1e-9, seconds - warm_end)
+        coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio)))
+        return c["min_lr"] + coeff * (c["lr"] - c["min_lr"])
+
+    gpt.train()
+    it, start, warm_end = 0, time.perf_counter(), 0.0
+    while True:
+        elapsed = time.perf_counter() - start
+        if (max_iters is not None and it >= max_iters) or (seconds is not None and elapsed >= seconds):
+            break
+        if it == warmup:
+            warm_end = elapsed
+        for group in opt.param_groups:
+            group["lr"] = lr_at(it, elapsed, warm_end)
+        ix = torch.randint(len(data) - T, (B,))  # nanoGPT's get_batch: with replacement, global RNG
+        x = torch.stack([torch.from_numpy(data[i:i + T].astype("int64")) for i in ix.tolist()])  # (B, T)
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + T].astype("int64")) for i in ix.tolist()])  # (B, T)
+        _, loss = gpt(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(gpt.parameters(), c["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        it += 1
+        if log_every and it % log_every == 0:
+            print(f"  reference iter {it}: loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s", flush=True)
+    train_seconds = time.perf_counter() - start
+    gpt.eval()
+    return {"iterations": it, "train_seconds": round(train_seconds, 1),
+            "tokens_per_sec": round(it * B * T / train_seconds), **score(lit)}
+
+
+def default_run(name: str, overrides: list[str]) -> dict:
+    """`python train.py` with `overrides`, as a subprocess: its wall-clock, steps and scores."""
+    run_name = f"bench-fixed-time-{name}"
+    for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
+        shutil.rmtree(old, ignore_errors=True)
+    cmd = [sys.executable, str(ROOT / "train.py"), f"run_name={run_name}", *overrides]
+    print("$", " ".join(cmd[1:]), flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - start
+    ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
+    lit = load_for_inference(ckpt)
+    steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
+    tokens = steps * cfg.data.batch_size * cfg.model.block_size
+    return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
+            "checkpoint": str(ckpt.relative_to(ROOT)), **score(lit)}
+
+
+def check_reference() -> dict:
+    """The reference after nanoGPT's iteration counts, against nanoGPT's figures (within 0.03)."""
+    out = {}
+    for iters, expected in NANOGPT_FIGURES.items():
+        print(f"reference, {iters} iterations (cosine over {iters})", flush=True)
+        r = nanogpt_reference(max_iters=iters)
+        got = r["blocks"]["val_loss"]
+        r.update(nanogpt_val_loss=expected, difference=round(got - expected, 4), faithful=abs(got - expected) <= 0.03)
+        out[str(iters)] = r
+        print(f"  val/loss {got:.4f} vs nanoGPT {expected:.3f}: {'faithful' if r['faithful'] else 'NOT faithful'}")
+    return out
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    head = "| run | steps | wall-clock s | tokens/s (whole run) | poems val/loss | poems val/bpc | blocks val/loss | blocks val/bpc |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in rows:
+        steps = r.get("steps", r.get("iterations"))
+        wall = r.get("wall_seconds", r.get("train_seconds"))
+        lines.append(f"| {name} | {steps:,} | {wall} | {r.get('tokens_per_sec', '')} | {r['poems']['val_loss']:.3f} | "
+                     f"{r['poems']['val_bpc']:.3f} | {r['blocks']['val_loss']:.3f} | {r['blocks']['val_bpc']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="budget mode: every default variant gets --seconds of "
+                   "training (trainer.max_time), the reference 1× and 2× the first variant's wall-clock")
+    p.add_argument("--seconds", type=int, default=120, help="the --quick budget of each default variant")
+    p.add_argument("--variant", action="append", default=None, metavar="NAME=OVERRIDES",
+                   help="a default variant: a name and space-separated train.py overrides (repeatable)")
+    p.add_argument("--no-reference", action="store_true", help="only the default variants")
+    p.add_argument("--check-reference", action="store_true", help="only the reference against nanoGPT's figures")
+    args = p.parse_args(argv)
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"machine": machine()}
+    if args.check_reference:
+        result["reference"] = check_reference()
+        (out_dir / "fixed-time-reference-cpu.json").write_text(json.dumps(result, indent=2))
+        return
+    variants = [v.partition("=")[::2] for v in (args.variant or ["default="])]
+    budget = [f"trainer.max_time=00:00:{args.seconds // 60:02d}:{args.seconds % 60:02d}",
+              "trainer.max_steps=-1"] if args.quick else []
+    rows = []
+    for name, overrides in variants:
+        r = default_run(name, [*budget, *overrides.split()])
+        rows.append((f"default: {name}" if name != "default" else "default", r))
+    if not args.no_reference:
+        wall = rows[0][1]["wall_seconds"]
+        for k in (1, 2):
+            print(f"reference, {k}× {wall:.0f} s", flush=True)
+            rows.append((f"nanoGPT configuration, {k}× the time", nanogpt_reference(seconds=k * wall)))
+    result["runs"] = {name: r for name, r in rows}
+    if not args.no_reference:
+        twice = rows[-1][1]
+        for name, r in rows[:-2]:
+            r["beats_2x_reference"] = {pr: r[pr]["val_bpc"] <= twice[pr]["val_bpc"] for pr in PROTOCOLS}
+    print(f"\n{result['machine']}\n\n{table(rows)}")
+    name = "fixed-time-quick-cpu.json" if args.quick else "fixed-time-cpu.json"
+    (out_dir / name).write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    print(f"\nwrote {out_dir / name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Measure the poems a checkpoint writes beside held-out Tang poems:
+`python evaluate.py ckpt_path=checkpoints/<run>/last.ckpt [num_samples=300]`.
+
+Samples `num_samples` poems per sample set (free; per form; per form with rhyme; per form
+with meter: conf/evaluate.yaml `sets`, `forms`), measures them and `reference` held-out
+human poems (`model/inspection/poem_metrics.py`: form, rhyme, 平仄, 黏, 对, 格律, copying,
+distinct-n), computes `val/bpc` by Lightning's validation on the training data module,
+prints a table and writes everything (settings, figures, poems) as JSON to
+`out_dir/evaluate.json` (default `logs/evaluate/<checkpoint folder>/`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import hydra
+import rootutils
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
+
+from model.attention import check_backend  # noqa: E402
+from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.inspection.evaluation import (  # noqa: E402
+    is_char_model,
+    sample_and_measure,
+    sample_requests,
+    validation_metrics,
+)
+from model.inspection.poem_metrics import format_table  # noqa: E402
+from model.sampling.decoding import check_sampling_args  # noqa: E402
+from model.sampling.poems import SamplingOptions  # noqa: E402
+from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
+
+SAMPLING = ("num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "repetition_penalty")
+
+
+def _write_json(path: Path, report: dict) -> None:
+    """Write atomically: a partial file never appears under the final name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(report, f, ensure_ascii=False, indent=1)
+    os.replace(tmp, path)
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Sample, measure, validate, write the JSON; returns the report (keys: checkpoint,
+    settings, rows, val, seconds, poems, json).
+
+    raises ValueError (bad options, before any work), FileNotFoundError (no checkpoint, no
+    corpus), BackendUnavailableError.
+    """
+    opts = SamplingOptions(**{k: cfg[k] for k in SAMPLING})
+    check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
+    if opts.num_samples < 1 or cfg.reference < 0:
+        raise ValueError(f"num_samples must be ≥ 1 and reference ≥ 0, got {opts.num_samples} and {cfg.reference}")
+    sample_requests(cfg.sets, cfg.forms)  # raises for unknown sets or forms
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU; use device=cpu or device=auto")
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
+    lit = load_for_inference(ckpt, device, cfg.backend)
+    gpt, script = lit.gpt, lit.hparams.script
+    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(lit))
+
+    samples, rows, seconds = sample_and_measure(lit, opts, requests, cfg.data.corpus_path, cfg.reference)
+    val = {}
+    if cfg.val_bpc:
+        start = time.perf_counter()
+        tok_state = lit.tokenizer.state_dict()
+        tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
+        datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
+                                             tokenizer=tokenizer)
+        val = validation_metrics(lit, datamodule, "gpu" if torch.device(device).type == "cuda" else "cpu")
+        seconds["validation"] = time.perf_counter() - start
+
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name
+    settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
+                for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
+    report = {"checkpoint": str(ckpt), "device": device, "settings": {**settings, "sample_sets": requests},
+              "rows": rows, "val": val, "seconds": seconds, "poems": samples,
+              "json": str(out_dir / "evaluate.json")}
+    _write_json(Path(report["json"]), report)
+    return report
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+@exit_on_user_error
+def main(cfg: DictConfig) -> None:
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" chatter
+    report = evaluate(cfg)
+    n = report["settings"]["num_samples"]
+    print(f"{report['checkpoint']}: {n} poems per sample set, {cfg.reference} held-out human poems; "
+          f"distinct-n over {n} poems of each row; percentages of the poems, regulated poems, lines or pairs "
+          "(see model/inspection/poem_metrics.py)")
+    print(format_table(report["rows"]))
+    if report["val"]:
+        print(f"val/bpc {report['val']['val/bpc']:.4f}  val/loss {report['val']['val/loss']:.4f}")
+    print(f"wrote {report['json']} ({', '.join(f'{k} {v:.1f} s' for k, v in report['seconds'].items())})")
+
+
+if __name__ == "__main__":
+    sys.argv = quote_non_ascii_overrides(sys.argv)
+    main()

@@ -1,0 +1,116 @@
+"""The model's own poems measured beside held-out human ones: what `evaluate.py` prints and
+`PoemEvaluationLogger` logs at the end of training.
+
+A sample set is a way of asking for poems: `free` (from `<bos>`, no control), a form
+(`wujue` …: `form=`), a form with rhyme (`wujue+rhyme`) or with 格律 (`wujue+meter`). Every
+evaluation poem is drawn by `sample_sets` through the one sampling path
+(`model.sampling.poems.sample_poems`), then measured by
+`model.inspection.poem_metrics.poem_metrics`.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable
+
+import lightning as L
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+from data.datamodule import PoetryDataModule, heldout_poems
+from data.poetry import FORMS
+from data.tokenizer import CharTokenizer
+from model.inspection.poem_metrics import FORM_NAMES, poem_metrics, training_lines
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.training.lit import LitGPT
+
+SET_KINDS = ("free", "form", "rhyme", "meter")
+"""Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter."""
+REFERENCE = "human (held-out)"
+"""The name of the reference row: held-out poems of the corpus's validation split."""
+
+
+def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool = True) -> dict[str, dict]:
+    """Set name → the `SamplingOptions` fields that ask for it: `free` → {}, `wujue` →
+    {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}.
+
+    char_model=False (a BPE model) keeps only `free`: the controls need a character model.
+    raises ValueError for an unknown kind or form.
+    """
+    kinds, forms = list(kinds), list(forms)
+    if bad := [k for k in kinds if k not in SET_KINDS] + [f for f in forms if f not in FORMS]:
+        raise ValueError(f"unknown sample set kinds or forms {bad}; kinds: {', '.join(SET_KINDS)}; "
+                         f"forms: {', '.join(FORMS)}")
+    requests = {"free": {}} if "free" in kinds else {}
+    for form in forms if char_model else ():
+        if "form" in kinds:
+            requests[form] = {"form": form}
+        for control in ("rhyme", "meter"):
+            if control in kinds:
+                requests[f"{form}+{control}"] = {"form": form, control: True}
+    return requests
+
+
+def sample_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
+    """Set name → `base.num_samples` poems sampled with `base` updated by the request's fields
+    (seeded: the same model and options give the same poems). raises as `sample_poems`."""
+    return {name: sample_poems(lit, replace(base, **fields)) for name, fields in requests.items()}
+
+
+def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
+    """n held-out poems of the corpus (validation split, any form and length), in `script`,
+    evenly spaced over the split in corpus order (all of them if it has fewer): the corpus
+    opens with court and ritual songs (郊廟歌辭, 帝京篇), so its first poems are no fair sample.
+    raises FileNotFoundError if the corpus is missing."""
+    poems = heldout_poems(corpus_path, script, 10**9, FORM_NAMES, max_chars=10**9)
+    return poems if n >= len(poems) else [poems[i * len(poems) // n] for i in range(n)]
+
+
+def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_path: str | Path,
+                    script: str) -> dict[str, dict]:
+    """{REFERENCE: metrics of the human poems, set name: metrics of its poems, …}; distinct-n
+    of every row over the same number of poems (the largest sample set's; the reference's
+    first that many). raises FileNotFoundError if the corpus is missing."""
+    lines = training_lines(str(corpus_path), script)
+    n_distinct = max((len(p) for p in samples.values()), default=None)
+    return {REFERENCE: poem_metrics(reference, script, lines, n_distinct),
+            **{name: poem_metrics(poems, script, lines, n_distinct) for name, poems in samples.items()}}
+
+
+def sample_and_measure(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
+                       n_reference: int) -> tuple[dict[str, list[str]], dict[str, dict], dict[str, float]]:
+    """`sample_sets`, then `evaluation_rows` with the first n_reference held-out poems, the
+    model in eval mode meanwhile → (poems per set, rows, seconds spent {"sampling", "metrics"}).
+    raises as `sample_poems`; FileNotFoundError if the corpus is missing."""
+    script = lit.hparams.script
+    start = time.perf_counter()
+    was_training = lit.training
+    lit.eval()
+    try:
+        samples = sample_sets(lit, base, requests)
+    finally:
+        lit.train(was_training)
+    sampled = time.perf_counter()
+    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script)
+    return samples, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
+
+
+def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: str = "cpu") -> dict[str, float]:
+    """`val/loss` and `val/bpc` of the model by Lightning's `validate` on the data module, so
+    they follow its validation protocol exactly as in training. raises ValueError if the data
+    module's vocabulary is not the model's."""
+    if datamodule.tokenizer.state_dict() != lit.tokenizer.state_dict():
+        raise ValueError("the prepared corpus gives another vocabulary than the checkpoint's; val/bpc needs the "
+                         "data it was trained on (same corpus, script and tokenizer), or val_bpc=false")
+    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PossibleUserWarning)  # few dataloader workers: fine here
+        (metrics,) = trainer.validate(lit, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def is_char_model(lit: LitGPT) -> bool:
+    """Whether the model's tokenizer is the character one (the poetry controls need it)."""
+    return isinstance(lit.tokenizer, CharTokenizer)

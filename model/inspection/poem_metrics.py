@@ -1,0 +1,130 @@
+"""How close a set of poems comes to Tang regulated verse: form, rhyme, 平仄, copying, diversity.
+
+Poems are plain text (marks included, no `<bos>`/`<eos>`) in the model's script. Rates are
+fractions in [0, 1] over the poems, lines or line pairs named below, None where the
+denominator is empty. The tone checks are `data/meter.py`'s (平水韵, a polyphonic character
+fits either tone, one outside the table fits none).
+
+| name | what | over |
+|---|---|---|
+| `regulated` | 4 or 8 lines of 5 or 7 characters (`data.poetry.form_of`) | poems |
+| `wujue` … `other` | the form mix | poems |
+| `level_finals` | the even lines' last characters all have a level tone | regulated poems |
+| `rhyme` | … and share one 平水韵 level-tone group | regulated poems with level finals |
+| `rhyme_regulated` | the even lines' finals share one level-tone group | regulated poems |
+| `alternation` | 2nd, 4th (6th) characters alternate 平/仄 (二四六分明) | lines of regulated poems |
+| `nian` | 黏: a couplet's first line keeps the tones of the line before at 2nd, 4th (6th) | line pairs across couplets |
+| `dui` | 对: a couplet's lines oppose at 2nd, 4th (6th) | couplets of regulated poems |
+| `meter` | every character fits one of the form's standard patterns (`data.meter.patterns`) | regulated poems |
+| `meter_relaxed` | the same with 1st, 3rd (5th) characters free (一三五不论) | regulated poems |
+| `copy` | the line, marks stripped, occurs verbatim in a training poem | lines |
+| `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from data.datamodule import iter_corpus
+from data.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
+from data.poetry import FORMS, form_of
+from data.rhyme import rhyme_groups
+from data.script import corpus_to_script
+
+FORM_NAMES = (*FORMS, "other")
+METRICS = ("n", "regulated", *FORM_NAMES, "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
+           "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2")
+"""The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
+
+HEADERS = {"n": "n", "regulated": "reg", "wujue": "wujue", "qijue": "qijue", "wulv": "wulv", "qilv": "qilv",
+           "other": "other", "level_finals": "lvlfin", "rhyme": "rhyme", "rhyme_regulated": "rhy/reg",
+           "alternation": "alt246", "nian": "nian", "dui": "dui", "meter": "meter", "meter_relaxed": "m-135",
+           "copy": "copy", "distinct_1": "dist-1", "distinct_2": "dist-2"}
+"""Short ASCII column titles of `format_table` (CJK titles would break a terminal's alignment)."""
+
+
+@lru_cache(maxsize=4)
+def training_lines(corpus_path: str | Path, script: str) -> frozenset[str]:
+    """Every line (marks stripped) of the corpus's training-split poems, in `script`: what
+    `copy` compares against. Cached per (path, script). raises FileNotFoundError if the
+    corpus is missing, ValueError for an unknown script."""
+    texts = [p["text"] for p in iter_corpus(corpus_path) if p["split"] == "train"]
+    return frozenset(line for text in corpus_to_script(texts, script) for line in poem_lines(text))
+
+
+def _rate(hits: int, total: int) -> float | None:
+    return hits / total if total else None
+
+
+def distinct_n(poems: list[str], n: int) -> float | None:
+    """Distinct n-grams ÷ all n-grams of the poems' characters (marks removed, n-grams within
+    one poem, across its lines); None if there are none."""
+    grams = []
+    for poem in poems:
+        chars = "".join(poem_lines(poem))
+        grams += [chars[i : i + n] for i in range(len(chars) - n + 1)]
+    return _rate(len(set(grams)), len(grams))
+
+
+def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_distinct: int | None = None) -> dict:
+    """The `METRICS` of a set of poems (see the module docstring for each).
+
+    script: the poems' script (for the tone tables); train_lines: `training_lines`;
+    n_distinct: distinct-n over the first n_distinct poems only (default all), so that sets
+    of different sizes are compared on the same count. → {name: int | float | None}.
+    """
+    forms = [form_of(p) for p in poems]
+    regulated = [poem_lines(p) for p, f in zip(poems, forms) if f != "other"]
+    level = rhymed = alternating = n_lines = nian = n_joins = dui = n_couplets = strict = relaxed = 0
+    for lines, form in zip(regulated, (f for f in forms if f != "other")):
+        finals = [line[-1] for line in lines[1::2]]
+        groups = rhyme_groups(finals, script)
+        level += all(c in groups for c in finals)
+        rhymed += bool(shared_rhyme_groups(finals, script))
+        alternating += sum(alternates(line, script) for line in lines)
+        n_lines += len(lines)
+        nian += sum(sticks(a, b, script) for a, b in zip(lines[1::2], lines[2::2]))
+        n_joins += len(lines) // 2 - 1
+        dui += sum(opposed(a, b, script) for a, b in zip(lines[0::2], lines[1::2]))
+        n_couplets += len(lines) // 2
+        strict += bool(matching_patterns(lines, form, script))
+        relaxed += bool(matching_patterns(lines, form, script, relaxed=True))
+    all_lines = [line for p in poems for line in poem_lines(p)]
+    sample = poems[:n_distinct] if n_distinct else poems
+    return {
+        "n": len(poems),
+        "regulated": _rate(len(regulated), len(poems)),
+        **{f: _rate(forms.count(f), len(poems)) for f in FORM_NAMES},
+        "level_finals": _rate(level, len(regulated)),
+        "rhyme": _rate(rhymed, level),
+        "rhyme_regulated": _rate(rhymed, len(regulated)),
+        "alternation": _rate(alternating, n_lines),
+        "nian": _rate(nian, n_joins),
+        "dui": _rate(dui, n_couplets),
+        "meter": _rate(strict, len(regulated)),
+        "meter_relaxed": _rate(relaxed, len(regulated)),
+        "copy": _rate(sum(line in train_lines for line in all_lines), len(all_lines)),
+        "distinct_1": distinct_n(sample, 1),
+        "distinct_2": distinct_n(sample, 2),
+    }
+
+
+def format_table(rows: dict[str, dict]) -> str:
+    """{set name: `poem_metrics`} → a text table, one row per set: n, then percentages
+    (distinct-n as fractions), `–` where a figure is undefined."""
+    width = max(len(name) for name in rows) + 2
+    lines = [f"{'':<{width}}" + "".join(f"{HEADERS[m]:>8}" for m in METRICS)]
+    for name, row in rows.items():
+        cells = []
+        for m in METRICS:
+            v = row[m]
+            if v is None:
+                cells.append(f"{'–':>8}")
+            elif m == "n":
+                cells.append(f"{v:>8d}")
+            elif m.startswith("distinct"):
+                cells.append(f"{v:>8.3f}")
+            else:
+                cells.append(f"{100 * v:>7.1f}%")
+        lines.append(f"{name:<{width}}" + "".join(cells))
+    return "\n".join(lines)

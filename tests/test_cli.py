@@ -1,0 +1,48 @@
+"""Chinese in Hydra overrides: single values, lists and sweeps, each element quoted."""
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from model.cli import quote_non_ascii_overrides
+from tests.conftest import make_train_cfg
+
+
+def parsed(arg: str):
+    (quoted,) = quote_non_ascii_overrides([arg])
+    return OverridesParser.create().parse_override(quoted)
+
+
+@pytest.mark.parametrize("arg, value", [
+    ("prompt=床前明月光", "床前明月光"),
+    ("prompt=床前明月光，疑是地上霜。", "床前明月光，疑是地上霜。"),  # a full-width comma is text
+    ("callbacks.attention_maps.probe_lines=[床前明月光，疑是地上霜。,白日依山尽，黄河入海流。]",
+     ["床前明月光，疑是地上霜。", "白日依山尽，黄河入海流。"]),  # the issue's list: LexerNoViableAltException
+    ("x=[ 床 , 'a,b' , 3]", ["床", "a,b", 3]),
+    ("x={a:床前, b: 白日}", {"a": "床前", "b": "白日"}),
+    ("prompt='床前,明月'", "床前,明月"),  # quoted by the user: unchanged
+    ("prompt=it's 月", "it's 月"),
+    ("prompt=月\\", "月\\"),
+])
+def test_values_and_lists(arg, value):
+    override = parsed(arg)
+    assert not override.is_sweep_override() and override.value() == value
+
+
+@pytest.mark.parametrize("arg, values", [
+    ("prompt=床前明月光,白日依山尽", ["床前明月光", "白日依山尽"]),  # was one job, prompt 床前明月光，白日依山尽
+    ("prompt=choice(床前,白日)", ["床前", "白日"]),
+])
+def test_sweeps_have_one_value_per_element(arg, values):
+    override = parsed(arg)
+    assert override.is_sweep_override()
+    assert [v.strip("'") for v in override.sweep_string_iterator()] == values
+
+
+def test_ascii_arguments_are_unchanged():
+    argv = ["train.py", "-m", "model=tiny,small", "trainer.max_steps=10", "x=[1,2]"]
+    assert quote_non_ascii_overrides(argv) == argv
+
+
+def test_train_config_takes_a_chinese_list(tmp_path, tiny_corpus, monkeypatch):
+    (override,) = quote_non_ascii_overrides(["callbacks.attention_maps.probe_lines=[床前明月光，疑是地上霜。,白日依山尽。]"])
+    cfg = make_train_cfg(tmp_path, tiny_corpus, monkeypatch)(override)
+    assert list(cfg.callbacks.attention_maps.probe_lines) == ["床前明月光，疑是地上霜。", "白日依山尽。"]

@@ -1,0 +1,60 @@
+"""The Muon + AdamW optimizer: float32 Newton–Schulz, AdamW groups exactly torch's, training and state."""
+import pytest
+import torch
+
+from model.training.muon import MuonAdamW, orthogonalize
+
+
+@pytest.mark.parametrize("shape", [(96, 384), (384, 96), (32, 32)])
+def test_orthogonalize_brings_every_singular_value_near_one(shape):
+    g = torch.randn(*shape) * torch.logspace(0, -1, shape[1])  # columns from 1 down to 0.1
+    out = orthogonalize(g)
+    s = torch.linalg.svdvals(out)
+    assert out.dtype == torch.float32 and out.shape == shape
+    assert s.min() > 0.6 and s.max() < 1.25  # the quintic's band (Jordan et al. 2024), not exactly 1
+    u, _, vh = torch.linalg.svd(g, full_matrices=False)
+    assert torch.nn.functional.cosine_similarity((u @ vh).flatten(), out.flatten(), dim=0) > 0.95
+    with pytest.raises(ValueError, match="matrix"):
+        orthogonalize(torch.randn(4))
+
+
+def test_adamw_groups_step_exactly_as_torch_adamw():
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 5), torch.nn.Linear(8, 5)
+    b.load_state_dict(a.state_dict())
+    ours = MuonAdamW([{"params": a.parameters()}], lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    ref = torch.optim.AdamW(b.parameters(), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    for _ in range(5):
+        x = torch.randn(4, 8)
+        for model, opt in ((a, ours), (b, ref)):
+            opt.zero_grad()
+            model(x).pow(2).sum().backward()
+            opt.step()
+    assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+
+
+def test_muon_step_is_the_scaled_orthogonalized_nesterov_momentum():
+    w = torch.nn.Parameter(torch.zeros(6, 3))
+    opt = MuonAdamW([{"params": [w], "use_muon": True, "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0}])
+    g = torch.randn(6, 3)
+    w.grad = g.clone()
+    opt.step()
+    buf = 0.1 * g  # lerp from 0 by 1 − μ
+    expected = -0.1 * (6 / 3) ** 0.5 * orthogonalize(g.lerp(buf, 0.9))
+    torch.testing.assert_close(w.detach(), expected)
+    with pytest.raises(ValueError, match="matrices only"):
+        MuonAdamW([{"params": [torch.nn.Parameter(torch.zeros(3))], "use_muon": True}])
+
+
+def test_state_survives_a_save_and_load():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    groups = [{"params": [model[0].weight, model[1].weight], "use_muon": True, "lr": 0.02},
+              {"params": [model[0].bias, model[1].bias]}]
+    opt = MuonAdamW(groups, lr=1e-3)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    again = MuonAdamW([{**g, "params": g["params"]} for g in groups], lr=1e-3)
+    again.load_state_dict(opt.state_dict())
+    assert torch.equal(again.state[model[0].weight]["momentum_buffer"], opt.state[model[0].weight]["momentum_buffer"])
+    assert torch.equal(again.state[model[0].bias]["exp_avg"], opt.state[model[0].bias]["exp_avg"])
