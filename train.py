@@ -35,6 +35,7 @@ from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrup
 from model.training.lit import LitGPT  # noqa: E402
 from model.training.runtime import (  # noqa: E402
     check_attention_backend,
+    compile_or_eager,
     check_new_run_folder,
     instantiate_loggers,
     resolve_precision,
@@ -82,6 +83,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
+    if cfg.compile:
+        compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     try:

@@ -175,12 +175,14 @@ class GPT(nn.Module):
             loss = None if targets is None else F.cross_entropy(
                 logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
             return logits, loss
-        if targets is None:  # log-probabilities of every id, in id order
-            logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
-            return logp[:, self.id_rank].view(*idx.shape, -1), None  # (B, T, vocab_size)
-        scored = targets.reshape(-1) != -1  # (B·T,)
-        h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd), N scored positions
-        return None, self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]]).loss
+        # in float32 even under autocast: the adaptive softmax writes float32 results in place
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            if targets is None:  # log-probabilities of every id, in id order
+                logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
+                return logp[:, self.id_rank].view(*idx.shape, -1), None  # (B, T, vocab_size)
+            scored = targets.reshape(-1) != -1  # (B·T,)
+            h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd), N scored positions
+            return None, self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]]).loss
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:

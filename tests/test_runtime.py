@@ -65,3 +65,79 @@ def test_user_errors_end_in_one_line_without_traceback():
         assert stop.value.code == f"error: {err}"
     with pytest.raises(KeyError):  # a bug is still a traceback
         entry(KeyError("bug"))
+
+
+RECIPE = dict(vocab_size=60, block_size=16, n_layer=2, n_head=2, n_embd=32, pos_emb="rope", qk_norm=True,
+              mlp_act="relu2", head="adaptive", head_cutoffs=(20,))
+
+
+def twenty_steps(model, autocast_dtype=None) -> list[float]:
+    """Losses of 20 AdamW steps on fixed random batches, optionally under CPU autocast."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen, losses = torch.Generator().manual_seed(1), []
+    for _ in range(20):
+        x = torch.randint(0, 60, (4, 16), generator=gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_dtype is not None):
+            _, loss = model(x, x.roll(-1, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_bf16_autocast_trains_like_float32():
+    from model.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    fp32 = twenty_steps(GPT(GPTConfig(**RECIPE)))
+    torch.manual_seed(0)
+    bf16 = twenty_steps(GPT(GPTConfig(**RECIPE)), torch.bfloat16)
+    assert max(abs(a - b) / a for a, b in zip(fp32, bf16)) < 0.02
+    assert bf16[-1] < bf16[0] - 0.5  # it does learn
+
+
+def test_cpu_precision_is_float32_without_bf16_units_and_measured_with_them(monkeypatch):
+    from model.gpt import GPT, GPTConfig
+    from model.training import runtime
+
+    said = []
+    monkeypatch.setattr(runtime, "cpu_has_bf16_units", lambda: False)
+    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "32-true"
+    assert "no bfloat16 matrix units" in said[-1]
+    monkeypatch.setattr(runtime, "cpu_has_bf16_units", lambda: True)
+    times = {torch.float32: 2.0, torch.bfloat16: 1.0}
+    monkeypatch.setattr(runtime, "step_seconds", lambda model, idx, dtype: times[dtype])
+    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "bf16-mixed"
+    times[torch.bfloat16] = 3.0  # never where it would be slower
+    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "32-true"
+    assert "2000 ms in float32, 3000 ms in bfloat16" in said[-1]
+
+
+def test_compiled_model_trains_like_the_eager_one_and_keeps_its_keys():
+    from model.gpt import GPT, GPTConfig
+    from model.training.runtime import compile_or_eager
+
+    torch.manual_seed(0)
+    eager_model = GPT(GPTConfig(**RECIPE))
+    keys = list(eager_model.state_dict())
+    eager = twenty_steps(eager_model)
+    torch.manual_seed(0)
+    compiled_model = GPT(GPTConfig(**RECIPE))
+    said = []
+    assert compile_or_eager(compiled_model, said.append) and "torch.compile" in said[0]
+    compiled = twenty_steps(compiled_model)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-3
+    assert list(compiled_model.state_dict()) == keys  # no _orig_mod. prefix: checkpoints interchangeable
+
+
+def test_compile_falls_back_to_eager_with_a_line(monkeypatch):
+    from model.training.runtime import compile_or_eager
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    said, module = [], torch.nn.Linear(2, 2)
+    assert not compile_or_eager(module, said.append)
+    assert said == ["compile: unavailable here (RuntimeError: no C++ compiler found); running eagerly"]
