@@ -2,29 +2,45 @@
 
 Composes the Hydra config (conf/train.yaml), checks that the attention backend can run
 here, prepares the corpus, then fits with Lightning. Checkpoints: checkpoints/<run_name>/;
-logs, wandb run and attention PNGs: logs/<run_name>/.
+logs, wandb run and attention PNGs: logs/<run_name>/. `ckpt_path=last` resumes the newest
+run (README "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
 """
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from pathlib import Path
+
 import hydra
 import lightning as L
 import rootutils
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.tokenizer import tokenizer_from_state  # noqa: E402
-from model.training.lit import LitGPT  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.training.checkpoints import (  # noqa: E402
+    AtomicCheckpointIO,
+    check_same_shape,
+    check_same_vocabulary,
+    check_same_workers,
+    load_checkpoint,
+    resolve_ckpt_path,
+)
+from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted  # noqa: E402
+from model.training.lit import LitGPT  # noqa: E402
 from model.training.runtime import (  # noqa: E402
     check_attention_backend,
     compile_or_eager,
+    check_new_run_folder,
     instantiate_loggers,
     resolve_precision,
+    run_name_for_all_ranks,
+    val_check_in_batches,
 )
 
 log = logging.getLogger(__name__)
@@ -33,35 +49,50 @@ MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "h
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit a model as `cfg` says; returns the final metrics (e.g. `val/loss`, `val/bpc`)."""
+    """Fit a model as `cfg` says; returns the final metrics (e.g. `val/loss`, `val/bpc`).
+
+    raises ValueError / FileNotFoundError before any training for a bad `ckpt_path` (missing,
+    another shape, vocabulary or number of loader workers) or a run folder that already holds
+    checkpoints; NonFiniteLossError (a ValueError) at the first NaN loss; TrainingInterrupted
+    (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
+    """
     L.seed_everything(cfg.seed, workers=True)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    val_check_in_batches(cfg.trainer)
+    shape = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg = {**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend}
+    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
+    if ckpt_path:
+        saved = load_checkpoint(ckpt_path)
+        check_same_shape(saved, model_cfg, ckpt_path)
+        check_same_workers(saved, cfg.data.num_workers, ckpt_path)
+    run_dir = Path(cfg.paths.checkpoint_dir) / cfg.run_name
+    check_new_run_folder(run_dir, cfg.run_name)
+    log.info(f"run_name {cfg.run_name}: checkpoints in {run_dir}")  # on every rank: the same name
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")))
+    callbacks += [StepSeed(cfg.seed), StopOnSignal(run_dir)]
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
+                                      plugins=[AtomicCheckpointIO()])
     check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)
 
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()
     tokenizer = datamodule.tokenizer
-    if cfg.ckpt_path:
-        saved = torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)["hyper_parameters"]["tokenizer"]
-        if tokenizer_from_state(saved).state_dict() != tokenizer.state_dict():
-            raise ValueError(f"{cfg.ckpt_path} was trained with another vocabulary than data.script={cfg.data.script} "
-                             f"tokenizer={cfg.tokenizer.kind} gives; resume with the settings it was trained with.")
-    shape = OmegaConf.to_container(cfg.model, resolve=True)
-    model = LitGPT(
-        model={**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend},
-        optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
-        tokenizer=tokenizer.state_dict(),
-        script=cfg.data.script,
-    )
+    if ckpt_path:
+        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
+    model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
+                   tokenizer=tokenizer.state_dict(), script=cfg.data.script)
     if cfg.compile:
         compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    try:
+        with run_name_for_all_ranks(cfg.run_name):
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException:  # Lightning's own handler: SIGTERM came before training started
+        raise TrainingInterrupted(signal.SIGTERM) from None
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger):
             lg.experiment.finish()  # flush the run now, so sweeps in one process get separate runs

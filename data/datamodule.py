@@ -15,6 +15,7 @@ import lzma
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from data.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
@@ -175,12 +177,14 @@ class PoetryDataModule(L.LightningDataModule):
     at a poem's `<bos>`) | 'random' (any offset); val_windows: 'poems' (every held-out poem
     scored from its `<bos>`) | 'blocks' (non-overlapping windows of the array, nanoGPT's).
     Both validations score every held-out character once, so `val/bpc` counts the same text.
+    seed: of the training order (the run's).
     raises ValueError for an unknown script, tokenizer kind or windows.
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
-                 tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems"):
+                 tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
+                 seed: int = 0):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -194,7 +198,7 @@ class PoetryDataModule(L.LightningDataModule):
             raise ValueError(f"tokenizer.kind={self.tokenizer_cfg.get('kind')!r} is not one of {TOKENIZER_KINDS}")
         self.corpus_path, self.cache_root = Path(corpus_path), Path(cache_dir)
         self.script, self.block_size = script, block_size
-        self.batch_size, self.num_workers = batch_size, num_workers
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
 
     @cached_property
     def encoding(self):
@@ -280,10 +284,18 @@ class PoetryDataModule(L.LightningDataModule):
         self.val_set = PoemWindows(val, self.block_size, bos) if self.val_windows == "poems" else Windows.blocks(
             val, self.block_size)
 
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`."""
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+    def train_dataloader(self) -> StatefulDataLoader:
+        """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`, in an order drawn
+        from `seed`. Resumable: torchdata's `StatefulDataLoader` has a `state_dict` (the sampler's
+        generator and how many batches it has served), which Lightning saves in every checkpoint
+        and loads on resume, so a resumed run gets the batches an uninterrupted run gets. The
+        state is kept per worker process: a run resumes with the same `num_workers` (train.py
+        checks), and the order with `num_workers=0` differs from the order with workers."""
+        with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated, in every loader
+            warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+            return StatefulDataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
+                                      generator=torch.Generator().manual_seed(self.seed),
+                                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
         """Every validation window once, in order, `4 · batch_size` windows per batch."""

@@ -10,6 +10,8 @@ import rootutils
 
 ROOT = rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
+import model.training.runtime  # noqa: E402, F401  (registers the run_name resolver the configs use)
+
 POEMS = [  # traditional script, as in the shipped corpus
     "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。",
     "白日依山盡，黃河入海流。欲窮千里目，更上一層樓。",
@@ -37,8 +39,27 @@ def tiny_corpus(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus" / "tang.jsonl.xz")
 
 
+def tiny_overrides(tmp_path: Path, corpus: Path) -> list[str]:
+    """Overrides of the train config for a tiny model and data, writing under tmp_path
+    (also the command line of tests that run train.py in a subprocess)."""
+    return [
+        f"data.corpus_path={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
+        f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}",
+        "trainer=cpu", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
+        "model.block_size=16", "data.batch_size=8", "model.optim.warmup_steps=2",
+        "trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
+        "callbacks.samples.max_new_tokens=20", "callbacks.attention_maps.n_samples=4",
+        "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']",
+        "callbacks.evaluation.num_samples=4", "callbacks.evaluation.forms=[wujue,qilv]",
+        "callbacks.evaluation.sets=[free,form,meter]", "callbacks.evaluation.max_new_tokens=70",
+        "callbacks.evaluation.reference=20",
+    ]
+
+
 def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
-    """A maker of the real train config with a tiny model and data, writing under tmp_path."""
+    """A maker of the real train config with a tiny model and data (`tiny_overrides`) and
+    run_name `test`, writing under tmp_path."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
@@ -49,19 +70,8 @@ def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
 
     def make(*overrides: str):
         with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("train", return_hydra_config=True, overrides=[
-                f"data.corpus_path={corpus}", f"data.cache_dir={tmp_path / 'cache'}",
-                f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}",
-                "run_name=test", "trainer=cpu", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
-                "model.block_size=16", "data.batch_size=8", "model.optim.warmup_steps=2",
-                "trainer.max_steps=40", "trainer.val_check_interval=20", "trainer.num_sanity_val_steps=0",
-                "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
-                "callbacks.samples.max_new_tokens=20", "callbacks.attention_maps.n_samples=4",
-                "callbacks.attention_maps.probe_lines=['床前明月光，疑是地上霜。','白日依山尽，黄河入海流。']",
-                "callbacks.evaluation.num_samples=4", "callbacks.evaluation.forms=[wujue,qilv]",
-                "callbacks.evaluation.sets=[free,form,meter]", "callbacks.evaluation.max_new_tokens=70",
-                "callbacks.evaluation.reference=20", *overrides,
-            ])
+            cfg = compose("train", return_hydra_config=True,
+                          overrides=[*tiny_overrides(tmp_path, corpus), "run_name=test", *overrides])
         HydraConfig().set_config(cfg)
         with open_dict(cfg):
             cfg.paths.output_dir = str(tmp_path / "logs" / "test")

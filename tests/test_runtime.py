@@ -13,8 +13,13 @@ def test_chinese_overrides_are_quoted_for_hydra():
         "sample.py", "prompt='床前明月光'", "top_k=5", "x='已引'", "q='it\\'s月'", "--multirun", "model=tiny"]
 
 
-def test_precision_resolution():
+def test_precision_resolution(caplog):
     assert resolve_precision("16-mixed", "gpu") == "16-mixed"
+    assert resolve_precision("bf16-mixed", "cpu") == "bf16-mixed"
+    # issue 12: half precision the device cannot train in is converted, with a log line
+    assert resolve_precision("16-true", "gpu") == "16-mixed"
+    assert resolve_precision("16-true", "cpu") == resolve_precision("16-mixed", "cpu") == "bf16-mixed"
+    assert caplog.text.count("cannot train on") == 3
     assert resolve_precision("auto", "cpu") == "32-true"
     expected = "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
     assert resolve_precision("auto", "auto") == expected

@@ -73,6 +73,31 @@ def test_wandb_offline_run_holds_attention_maps_stats_and_samples(trained):
     assert files[:3] == ["baselines_probe0.png", "baselines_probe1.png", "step000020_probe0.png"]
 
 
+def test_everything_logged_at_one_validation_has_its_step(trained):
+    """Issue 12, item 6: val/loss was logged at global_step − 1, the images at global_step."""
+    _, _, tmp_path = trained
+    (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
+    rows = history(run)
+    steps = {key: [r["trainer/global_step"] for r in rows if key in r]
+             for key in ("val/loss", "val/bpc", "attention/probe0", "attention/stats", "attn/L1H1/prev_token", "samples")}
+    assert all(s == [20, 40] for s in steps.values()), steps
+    assert [p.name[:15] for p in (tmp_path / "checkpoints" / "test").glob("best-*")] == ["best-step000040"]
+
+
+def test_validation_interval_counts_optimizer_steps_under_accumulation(train_cfg, monkeypatch, caplog):
+    """Issue 12, item 6: validation ran at global steps 2, 5, 7, 10 (every 5 batches)."""
+    from model.training.lit import LitGPT
+
+    validated, end = [], LitGPT.on_validation_epoch_end
+    monkeypatch.setattr(LitGPT, "on_validation_epoch_end", lambda lit: (validated.append(lit.global_step), end(lit)))
+    cfg = train_cfg("+trainer.accumulate_grad_batches=2", "trainer.max_steps=10", "trainer.val_check_interval=5",
+                    "logger=none", "~callbacks.samples", "~callbacks.attention_maps")
+    with caplog.at_level("INFO"):
+        train_script.train(cfg)
+    assert validated == [5, 10]
+    assert "validation every 5 optimizer steps = every 10 batches (trainer.accumulate_grad_batches=2)" in caplog.text
+
+
 def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     cfg, _, tmp_path = trained
     ckpt = tmp_path / "checkpoints" / "test" / "last.ckpt"
@@ -147,7 +172,7 @@ def test_flash_with_dropout_on_cpu_stops_before_any_work(train_cfg, tmp_path):
 def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
     ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
     cfg = train_cfg("data.script=traditional", "logger=none", f"ckpt_path={ckpt}")
-    with pytest.raises(ValueError, match="another vocabulary"):
+    with pytest.raises(ValueError, match="data.script: checkpoint simplified, asked traditional .*another vocabulary"):
         train_script.train(cfg)
 
 

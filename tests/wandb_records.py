@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2 as pb
@@ -41,12 +42,24 @@ def records(path: str | Path) -> list[pb.Record]:
     return out
 
 
+def finished_records(run_file: Path, timeout: float = 60.0) -> list[pb.Record]:
+    """The records of a finished run: wandb's service may still be writing the file when
+    `run.finish()` returns (seen on a loaded machine), so read again until its `exit` record
+    is there. raises TimeoutError if it is not there within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (recs := records(run_file)) and recs[-1].WhichOneof("record_type") != "exit":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{run_file} has no exit record after {timeout} s")
+        time.sleep(0.2)
+    return recs
+
+
 def history(run_dir: str | Path) -> list[dict]:
-    """The logged history rows of the offline run in `run_dir` (its `offline-run-*` folder).
-    Media entries are dicts, e.g. `row["attention/layer0"]["filenames"]`."""
+    """The logged history rows of the finished offline run in `run_dir` (its `offline-run-*`
+    folder). Media entries are dicts, e.g. `row["attention/layer0"]["filenames"]`."""
     (run_file,) = Path(run_dir).glob("run-*.wandb")
     rows = []
-    for record in records(run_file):
+    for record in finished_records(run_file):
         if record.WhichOneof("record_type") != "history":
             continue
         row: dict = {}

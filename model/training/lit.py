@@ -4,7 +4,9 @@ Logged: `train/loss` (nats per token), `train/tokens_per_sec`, `val/loss` (mean 
 predicted token over the whole held-out set), `val/bpc` (bits per character: total nats of
 the held-out set ÷ its number of poem characters ÷ ln 2; `<bos>`/`<eos>` predictions count
 in the nats, not in the characters; a BPE token counts the characters it begins, so the
-value is comparable between tokenizers). The tokenizer travels in every checkpoint, so a
+value is comparable between tokenizers). A NaN in validation stays NaN in both. Everything
+logged at one validation is logged at `global_step` (the steps trained so far, the step of
+the checkpoint names and the attention images). The tokenizer travels in every checkpoint, so a
 checkpoint is enough to sample (`load_for_inference`; a tiktoken model also needs its
 encoding, from tiktoken's cache or the ranks file it was trained with).
 """
@@ -26,6 +28,18 @@ from model.gpt import GPT, GPTConfig
 from model.training.muon import MuonAdamW
 
 
+class NonFiniteLossError(ValueError):
+    """The training loss is NaN or infinite: training stops before the bad step changes any
+    weight. A ValueError, so the entry points report it in one line with exit status 1."""
+
+    def __init__(self, step: int, loss: float, precision: str, lr: float):
+        causes = [f"a learning rate too high (model.optim.lr={lr:g}: lower it or lengthen model.optim.warmup_steps)"]
+        if "16" in precision:
+            causes.insert(0, f"a precision this device cannot train in (trainer.precision={precision}: try 32-true)")
+        super().__init__(f"train/loss is {loss} at step {step}; training stopped before this step changed a weight. "
+                         f"Likely causes: {', or '.join(causes)}")
+
+
 class LitGPT(L.LightningModule):
     """model: GPTConfig fields except vocab_size; optim: lr, weight_decay, betas,
     warmup_steps, min_lr_ratio; tokenizer: its `state_dict()`; script: corpus script."""
@@ -37,7 +51,7 @@ class LitGPT(L.LightningModule):
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
-        self.val_nats, self.val_tokens, self.val_chars = SumMetric(), SumMetric(), SumMetric()
+        self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
@@ -86,9 +100,12 @@ class LitGPT(L.LightningModule):
             self.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
 
     def training_step(self, batch, batch_idx):
-        """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`."""
+        """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
+        raises NonFiniteLossError at the first NaN or infinite loss, before its backward pass."""
         x, y = batch  # (B, T), (B, T)
         _, loss = self.gpt(x, y)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(self.global_step, loss.item(), self.trainer.precision, self.hparams.optim["lr"])
         self.log("train/loss", loss, prog_bar=True)
         now = time.perf_counter()
         if self._last_step_time is not None:
@@ -110,10 +127,13 @@ class LitGPT(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         """Logs `val/loss` = total nats ÷ scored tokens and `val/bpc` = total nats ÷ poem
-        characters ÷ ln 2, summed over all batches and ranks."""
+        characters ÷ ln 2, summed over all batches and ranks (a NaN stays NaN), and `step` =
+        global_step: Lightning then logs this validation's metrics at that step (by default it
+        uses global_step − 1 here), the step the callbacks log their images at."""
         nats = self.val_nats.compute()
         self.log("val/loss", nats / self.val_tokens.compute(), prog_bar=True)
         self.log("val/bpc", nats / self.val_chars.compute() / math.log(2), prog_bar=True)
+        self.log("step", float(self.global_step), sync_dist=True)  # the same on every rank
         for metric in (self.val_nats, self.val_tokens, self.val_chars):
             metric.reset()
 

@@ -1,27 +1,98 @@
 """Start-up decisions made from the machine rather than the config: precision, wandb mode,
-and the attention backend check. Kept apart so `train.py` only wires."""
+the attention backend check, the run's unique name, validation interval in optimizer steps.
+Kept apart so `train.py` only wires."""
 from __future__ import annotations
 
+import logging
 import netrc
 import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from model.attention import check_backend
+
+log = logging.getLogger(__name__)
+
+RUN_NAME_ENV = "MINGYUE_RUN_NAME"
+"""Environment variable that fixes `run_name`: train.py sets it for the processes that
+Lightning starts for the other DDP ranks, so every rank has rank 0's name."""
+
+
+def unique_run_name(base: str) -> str:
+    """`run_name` (conf/train.yaml: `${unique_run_name:<date>-<time>-<model>-...}`): `base` plus a
+    random suffix of 6 hex digits, so runs started in the same second, or the jobs of a Hydra
+    multirun, get folders of their own; the value of `MINGYUE_RUN_NAME` instead where it is set
+    (a DDP rank started by rank 0). Registered with `use_cache`: one value per composed config."""
+    return os.environ.get(RUN_NAME_ENV) or f"{base}-{secrets.token_hex(3)}"
+
+
+OmegaConf.register_new_resolver("unique_run_name", unique_run_name, use_cache=True, replace=True)
+
+
+def check_new_run_folder(checkpoint_dir: Path, run_name: str) -> None:
+    """raises ValueError if `checkpoint_dir` already holds checkpoints, unless this process is
+    a DDP rank of the run `run_name` (started by its rank 0): a new run never writes into
+    another run's folder."""
+    if os.environ.get(RUN_NAME_ENV) != run_name and any(checkpoint_dir.glob("*.ckpt")):
+        raise ValueError(f"{checkpoint_dir} already holds checkpoints of another run; choose another run_name "
+                         f"(to continue that run: ckpt_path={checkpoint_dir})")
+
+
+@contextmanager
+def run_name_for_all_ranks(run_name: str) -> Iterator[None]:
+    """Exports `MINGYUE_RUN_NAME=run_name` for the block (fitting): the processes Lightning
+    starts there for the other DDP ranks inherit it and so resolve rank 0's `run_name`.
+    Removed afterwards, unless it was set before (this process is such a rank)."""
+    inherited = RUN_NAME_ENV in os.environ
+    os.environ[RUN_NAME_ENV] = run_name
+    try:
+        yield
+    finally:
+        if not inherited:
+            del os.environ[RUN_NAME_ENV]  # the next job of a multirun draws its own name
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
     """'auto' → 'bf16-mixed' where a CUDA GPU supports bfloat16 (and the accelerator
-    allows a GPU), else '32-true'. Any other value is returned unchanged."""
-    if precision != "auto":
-        return precision
-    gpu_allowed = accelerator in ("auto", "gpu", "cuda")
-    if gpu_allowed and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16-mixed"
-    return "32-true"
+    allows a GPU), else '32-true'. Half precision the device cannot train in is converted,
+    with a log line: with float16 weights (`16-true`) AdamW's eps (1e-8) rounds to 0, so a
+    weight whose gradient is 0 (the embedding row of a token not in the batch) gets 0/0 = NaN
+    at the first step: `16-mixed` on a GPU (float32 weights, scaled float16 compute); on the
+    CPU, where Lightning has no float16 autocast, `16-true` and `16-mixed` become `bf16-mixed`
+    (as Lightning itself does for `16-mixed`). Any other value is returned unchanged."""
+    precision = str(precision)
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if precision == "auto":
+        return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+    if on_gpu:
+        converted = "16-mixed" if precision == "16-true" else None
+    else:
+        converted = "bf16-mixed" if precision in ("16-true", "16-mixed", "16") else None
+    if converted:
+        log.warning(f"trainer.precision={precision} cannot train on {'a GPU' if on_gpu else 'the CPU'} "
+                    f"({'AdamW on float16 weights gives NaN' if precision == '16-true' else 'no float16 autocast'}): "
+                    f"using trainer.precision={converted}")
+        return converted
+    return precision
+
+
+def val_check_in_batches(trainer_cfg: DictConfig) -> None:
+    """`trainer.val_check_interval` (an int) counts optimizer steps; Lightning counts batches, so
+    under `accumulate_grad_batches=k` it is multiplied by k in place, with a log line. A float
+    (a fraction of an epoch) is left alone."""
+    k = trainer_cfg.get("accumulate_grad_batches", 1)
+    interval = trainer_cfg.get("val_check_interval")
+    if k > 1 and isinstance(interval, int):
+        trainer_cfg.val_check_interval = interval * k
+        log.info(f"validation every {interval} optimizer steps = every {interval * k} batches "
+                 f"(trainer.accumulate_grad_batches={k})")
 
 
 def compute_dtype(precision: str) -> torch.dtype:

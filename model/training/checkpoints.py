@@ -1,0 +1,117 @@
+"""Checkpoint files: written atomically, never "best" with a loss that is not a number, and
+found and checked before a run resumes from one.
+
+`ckpt_path` (conf/train.yaml) may be `last` (the newest run's `last.ckpt`), a run folder
+(its `last.ckpt`) or a `.ckpt` file; a checkpoint of another shape or vocabulary than the
+config asks for is refused in one line before any training (README "Resume and interruption").
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
+
+from data.tokenizer import SPECIALS
+from model.training.lit import latest_checkpoint
+
+FREE_ON_RESUME = ("dropout", "attention")
+"""GPTConfig fields a resumed run may change; every other one shapes the network."""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's torch checkpoint writer, made atomic: each checkpoint is written to a
+    temporary file beside its path, then renamed over it (`os.replace`), so a save
+    interrupted at any point leaves the previous file (e.g. `last.ckpt`) whole and loadable."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class FiniteModelCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, except that a non-finite monitored value (`val/loss` NaN
+    or inf) never makes a checkpoint one of the best: Lightning ranks NaN as the worst value
+    but still keeps the checkpoint while `save_top_k` has room, e.g. as the first best."""
+
+    def check_monitor_top_k(self, trainer, current: torch.Tensor | None = None) -> bool:
+        if current is not None and not torch.isfinite(current):
+            rank_zero_warn(f"{self.monitor} is {current.item()} at step {trainer.global_step}: not kept as a best checkpoint")
+            return False
+        return super().check_monitor_top_k(trainer, current)
+
+
+def resolve_ckpt_path(ckpt_path: str | Path, checkpoint_dir: str | Path) -> Path:
+    """`last` → the newest `last.ckpt` under checkpoint_dir; a folder → its `last.ckpt`;
+    a file → itself. raises FileNotFoundError naming what is missing."""
+    if str(ckpt_path) == "last":
+        return latest_checkpoint(Path(checkpoint_dir))
+    path = Path(ckpt_path)
+    if path.is_dir():
+        path = path / "last.ckpt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; resume with ckpt_path=last (the newest run's "
+                                "last.ckpt), ckpt_path=checkpoints/<run> or ckpt_path=checkpoints/<run>/<file>.ckpt")
+    return path
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Checkpoint `path` as Lightning wrote it, memory-mapped on the CPU."""
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+
+
+def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
+    """raises ValueError `model.n_layer: checkpoint 4, asked 2 ...` for the first GPTConfig
+    field (n_layer, n_embd, head, ...) whose value in `model` differs from checkpoint `ckpt`'s;
+    dropout and the attention backend may change on resume."""
+    saved = ckpt["hyper_parameters"]["model"]
+    for key in model:
+        if key in saved and key not in FREE_ON_RESUME and saved[key] != model[key]:
+            raise ValueError(f"model.{key}: checkpoint {saved[key]}, asked {model[key]} "
+                             f"({path} cannot resume with another shape; use the settings it was trained with)")
+
+
+def check_same_workers(ckpt: Mapping, num_workers: int, path: Path) -> None:
+    """raises ValueError `data.num_workers: checkpoint 0, asked 2 ...` if the training loader's
+    saved position comes from another number of worker processes: torchdata's
+    StatefulDataLoader keeps it per worker and cannot load it into another number."""
+    states = ckpt["loops"]["fit_loop"]["state_dict"].get("combined_loader", [])
+    for state in states:
+        saved = state["_snapshot"]["_main_snapshot"]["_num_workers"] if "_snapshot" in state else 0
+        if saved != num_workers:
+            raise ValueError(f"data.num_workers: checkpoint {saved}, asked {num_workers} ({path} holds the "
+                             "training order's position per loader worker; resume with the same number)")
+
+
+def check_same_vocabulary(ckpt: Mapping, tokenizer: Mapping, script: str, path: Path) -> None:
+    """raises ValueError naming the first of tokenizer.kind, data.script, tokenizer.encoding
+    and the vocabulary (tokenizer `state_dict()`s) that differs between checkpoint `ckpt`
+    and this run, with both values."""
+    saved = ckpt["hyper_parameters"]
+    theirs = {"kind": "char", **saved["tokenizer"]}  # older checkpoints' states have no kind
+    fields = {"tokenizer.kind": (theirs["kind"], tokenizer["kind"]),
+              "data.script": (saved.get("script", "simplified"), script),
+              "tokenizer.encoding": (theirs.get("name"), tokenizer.get("name"))}
+    differ = [f"{key}: checkpoint {a}, asked {b}" for key, (a, b) in fields.items() if a != b]
+    (old, n_old), (new, n_new) = _vocabulary(theirs), _vocabulary(tokenizer)
+    if not differ and old != new:
+        differ = [f"vocabulary: checkpoint {n_old} tokens, asked {n_new}" + (" other tokens" if n_old == n_new else " tokens")]
+    if differ:
+        raise ValueError(f"{differ[0]} ({path} cannot resume with another vocabulary; "
+                         "use the data settings it was trained with)")
+
+
+def _vocabulary(state: Mapping) -> tuple[list, int]:
+    """A tokenizer state's tokens (characters, or the encoding's ids) and its vocab_size."""
+    tokens = state["itos"] if state["kind"] == "char" else state["token_ids"]
+    return tokens, len(tokens) + (0 if state["kind"] == "char" else len(SPECIALS))

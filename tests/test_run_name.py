@@ -1,0 +1,93 @@
+"""Issue 12, item 5: one run, one folder, one name on every rank."""
+import os
+import re
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+from hydra import compose, initialize_config_dir
+
+import train as train_script
+from model.training.runtime import RUN_NAME_ENV
+from tests.conftest import ROOT, tiny_overrides
+
+NAME = re.compile(r"\d{8}-\d{6}-tiny-sdpa-char-[0-9a-f]{6}")
+
+
+def compose_train(*overrides):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("train", return_hydra_config=True, overrides=list(overrides))
+
+
+def test_runs_composed_together_get_their_own_name_used_everywhere(monkeypatch):
+    monkeypatch.delenv(RUN_NAME_ENV, raising=False)
+    first, second = compose_train(), compose_train()
+    assert NAME.fullmatch(first.run_name) and first.run_name != second.run_name
+    for cfg in (first, second):  # one value per config, wherever it is used
+        assert cfg.callbacks.model_checkpoint.dirpath.endswith(f"/checkpoints/{cfg.run_name}")
+        assert cfg.logger.wandb.name == cfg.run_name
+        assert cfg.hydra.run.dir.endswith(f"/logs/{cfg.run_name}")
+        assert cfg.hydra.sweep.subdir == cfg.run_name
+
+
+def test_a_ddp_rank_takes_the_run_name_of_rank_zero(train_cfg, monkeypatch):
+    monkeypatch.setenv(RUN_NAME_ENV, "20261129-140540-tiny-sdpa-char-0a1b2c")  # what rank 0 exports
+    assert compose_train().run_name == "20261129-140540-tiny-sdpa-char-0a1b2c"
+    monkeypatch.delenv(RUN_NAME_ENV)
+    seen = []
+    monkeypatch.setattr(L.Trainer, "fit", lambda *args, **kwargs: seen.append(os.environ.get(RUN_NAME_ENV)))
+    cfg = train_cfg("logger=none")
+    train_script.train(cfg)
+    assert seen == [cfg.run_name]  # exported while Lightning starts the other ranks
+    assert RUN_NAME_ENV not in os.environ  # and not left for the next run of a multirun
+
+
+def test_a_new_run_never_writes_into_an_existing_run_folder(train_cfg, tmp_path):
+    (tmp_path / "checkpoints" / "test").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "test" / "last.ckpt").write_bytes(b"another run's")
+    with pytest.raises(ValueError, match="checkpoints/test already holds checkpoints of another run; choose another run_name"):
+        train_script.train(train_cfg("logger=none"))
+    assert (tmp_path / "checkpoints" / "test" / "last.ckpt").read_bytes() == b"another run's"
+    assert not (tmp_path / "cache").exists()
+
+
+QUICK = ["trainer.max_steps=2", "trainer.val_check_interval=2", "logger=none", "~callbacks.samples",
+         "~callbacks.attention_maps"]
+
+
+@pytest.mark.slow
+def test_runs_launched_together_and_multirun_jobs_get_folders_of_their_own(tiny_corpus, tmp_path):
+    """The issue's shell loop (two runs started in the same second) beside a two-job multirun."""
+    cmd = [sys.executable, str(ROOT / "train.py"), *tiny_overrides(tmp_path, tiny_corpus), *QUICK]
+    env = {k: v for k, v in os.environ.items() if k != RUN_NAME_ENV}
+    procs = [subprocess.Popen([*cmd, "model.optim.lr=1e-3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True),
+             subprocess.Popen([*cmd, "model.optim.lr=2e-3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True),
+             subprocess.Popen([*cmd[:2], "-m", *cmd[2:], "model.optim.lr=3e-3,4e-3"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
+    runs = sorted((tmp_path / "checkpoints").iterdir())
+    assert len(runs) == 4 and all(NAME.fullmatch(run.name) for run in runs)
+    assert all(sorted(p.name for p in run.glob("last*.ckpt")) == ["last.ckpt"] for run in runs)
+    configs = sorted((tmp_path / "logs").glob("**/.hydra/config.yaml"))
+    assert sorted(p.parent.parent.name for p in configs) == [run.name for run in runs]
+    lrs = {float(re.search(r"lr: (\S+)", p.read_text())[1]) for p in configs}
+    assert lrs == {1e-3, 2e-3, 3e-3, 4e-3}
+
+
+@pytest.mark.slow
+def test_every_ddp_rank_has_the_same_run_name(tiny_corpus, tmp_path):
+    """Two CPU processes under DDP: rank 1 is started by Lightning and resolves the config again."""
+    cmd = [sys.executable, str(ROOT / "train.py"), *tiny_overrides(tmp_path, tiny_corpus), *QUICK,
+           "trainer.devices=2", "+trainer.strategy=ddp"]
+    env = {k: v for k, v in os.environ.items() if k != RUN_NAME_ENV}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "checkpoints").iterdir()
+    logs = {p.name: p.read_text() for p in (tmp_path / "logs" / run.name).glob("*.log")}
+    assert set(logs) == {"train.log", "train_ddp_process_1.log"}  # rank 0, rank 1
+    assert all(f"run_name {run.name}: checkpoints in {run}" in text for text in logs.values())
