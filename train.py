@@ -32,9 +32,11 @@ from model.training.checkpoints import (  # noqa: E402
     resolve_ckpt_path,
 )
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
 from model.training.runtime import (  # noqa: E402
     check_attention_backend,
+    choose_cpu_precision,
     compile_or_eager,
     check_new_run_folder,
     instantiate_loggers,
@@ -44,6 +46,7 @@ from model.training.runtime import (  # noqa: E402
 )
 
 log = logging.getLogger(__name__)
+PROBE_VOCAB = 8192  # the CPU precision probe times the model's shape with a stand-in vocabulary of this size
 MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value",
               "pos_emb", "qk_norm", "mlp_act", "zero_init_proj")
 
@@ -57,10 +60,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
     L.seed_everything(cfg.seed, workers=True)
-    cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
-    val_check_in_batches(cfg.trainer)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg = {**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend}
+    on_cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
+    if str(cfg.trainer.precision) == "auto" and on_cpu:  # bf16 autocast only where it is measured faster
+        cfg.trainer.precision = choose_cpu_precision(lambda: GPT(GPTConfig(vocab_size=PROBE_VOCAB, **model_cfg)),
+                                                     cfg.data.batch_size, cfg.model.block_size, PROBE_VOCAB, log.info)
+    cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    val_check_in_batches(cfg.trainer)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         saved = load_checkpoint(ckpt_path)

@@ -19,11 +19,13 @@ def test_paths_hang_off_the_project_root(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ([], {"model.name": "tiny", "attention.backend": "sdpa", "trainer.precision": "auto", "data.block_size": 64}),
+    ([], {"model.name": "tiny", "attention.backend": "sdpa", "trainer.precision": "auto", "data.block_size": 72,
+          "model.head": "adaptive", "model.pos_emb": "rope", "model.optim.name": "muon", "data.train_windows": "poems"}),
     (["model=small", "attention=flash", "trainer=gpu"],
      {"model.n_layer": 6, "model.n_embd": 384, "attention.backend": "flash", "trainer.precision": "bf16-mixed",
       "data.block_size": 128}),
-    (["experiment=small_gpu"], {"model.name": "small", "data.batch_size": 64, "trainer.accelerator": "gpu"}),
+    (["experiment=small_gpu"], {"model.name": "small", "data.batch_size": 64, "trainer.accelerator": "gpu",
+                                "model.optim.name": "muon", "model.pos_emb": "rope", "model.optim.lr": 1e-3}),
     (["trainer=ddp"], {"trainer.strategy": "ddp"}),
     ([], {"tokenizer.kind": "char", "data.tokenizer.kind": "char"}),
     (["tokenizer=tiktoken"], {"data.tokenizer.kind": "tiktoken", "data.tokenizer.encoding": "cl100k_base"}),
