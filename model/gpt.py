@@ -164,9 +164,10 @@ class GPT(nn.Module):
         cache: from `new_cache`; idx continues the positions it holds (and is added to it).
         returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
         scored token, or None without targets; with reduction="none" the nats of every
-        position, (B, T) float, 0 where not scored; ValueError for another reduction). With the adaptive head the logits are
+        position, (B, T) float, 0 where not scored). With the adaptive head the logits are
         log-probabilities, and None when targets are given: training needs only the loss, and
-        the full distribution is what the adaptive softmax saves computing. raises ValueError if the positions pass block_size.
+        the full distribution is what the adaptive softmax saves computing. raises ValueError if
+        the positions pass block_size, or for a reduction other than "mean" and "none".
         """
         if reduction not in ("mean", "none"):
             raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")

@@ -58,7 +58,7 @@ class LitGPT(L.LightningModule):
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
-        self.val_text_nats = SumMetric()  # nats of the predictions of non-plan tokens: `val/bpc_text`
+        self.val_text_nats = SumMetric(nan_strategy="disable")  # nats of the non-plan predictions: `val/bpc_text`
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
