@@ -2,10 +2,12 @@
 `python evaluate.py ckpt_path=checkpoints/<run>/last.ckpt [num_samples=300]`.
 
 Samples `num_samples` poems per sample set (free; per form; per form with rhyme; per form
-with meter: conf/evaluate.yaml `sets`, `forms`), measures them and `reference` held-out
-human poems (`model/inspection/poem_metrics.py`: form, rhyme, 平仄, 黏, 对, 格律, copying,
-distinct-n), computes `val/bpc` by Lightning's validation on the training data module,
-prints a table and writes everything (settings, figures, poems) as JSON to
+with meter; for a model with plan tokens per form with form and rhyme as plan tokens only:
+conf/evaluate.yaml `sets`, `forms`), measures them and `reference` held-out human poems
+(`model/inspection/poem_metrics.py`: form, rhyme, 平仄, 黏, 对, 格律, copying, distinct-n, and
+for plan models how often a poem keeps the plan it was sampled with), computes `val/bpc`
+(and `val/bpc_text` for plan models) by Lightning's validation on the training data module,
+prints a table and writes everything (settings, figures, poems, plans) as JSON to
 `out_dir/evaluate.json` (default `logs/evaluate/<checkpoint folder>/`).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from model.attention import check_backend  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
 from model.inspection.evaluation import (  # noqa: E402
     is_char_model,
+    is_plan_model,
     sample_and_measure,
     sample_requests,
     validation_metrics,
@@ -69,16 +72,16 @@ def evaluate(cfg: DictConfig) -> dict:
     lit = load_for_inference(ckpt, device, cfg.backend)
     gpt, script = lit.gpt, lit.hparams.script
     check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
-    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(lit))
+    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(lit), is_plan_model(lit))
 
-    samples, rows, seconds = sample_and_measure(lit, opts, requests, cfg.data.corpus_path, cfg.reference)
+    samples, plans, rows, seconds = sample_and_measure(lit, opts, requests, cfg.data.corpus_path, cfg.reference)
     val = {}
     if cfg.val_bpc:
         start = time.perf_counter()
         tok_state = lit.tokenizer.state_dict()
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
-                                             tokenizer=tokenizer)
+                                             tokenizer=tokenizer, plan_tokens=is_plan_model(lit))
         val = validation_metrics(lit, datamodule, "gpu" if torch.device(device).type == "cuda" else "cpu")
         seconds["validation"] = time.perf_counter() - start
 
@@ -87,6 +90,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
     report = {"checkpoint": str(ckpt), "device": device, "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
+              **({"plans": plans} if is_plan_model(lit) else {}),
               "json": str(out_dir / "evaluate.json")}
     _write_json(Path(report["json"]), report)
     return report
@@ -103,7 +107,8 @@ def main(cfg: DictConfig) -> None:
           "(see model/inspection/poem_metrics.py)")
     print(format_table(report["rows"]))
     if report["val"]:
-        print(f"val/bpc {report['val']['val/bpc']:.4f}  val/loss {report['val']['val/loss']:.4f}")
+        print("  ".join(f"{k} {report['val'][k]:.4f}" for k in ("val/bpc", "val/bpc_text", "val/loss")
+                        if k in report["val"]))
     print(f"wrote {report['json']} ({', '.join(f'{k} {v:.1f} s' for k, v in report['seconds'].items())})")
 
 

@@ -1,8 +1,10 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml): prompt, form, acrostic, rhyme, meter, num_samples, max_new_tokens,
-temperature, top_k, top_p, repetition_penalty, seed, use_cache, device, backend, format.
-The same seed and options give the same poems.
+Options (conf/sample.yaml): prompt, form, acrostic, rhyme, meter, control, num_samples,
+max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, use_cache, device,
+backend, format. The same seed and options give the same poems. A model trained with plan
+tokens draws each poem's form and rhyme first; the text never shows them, `format=jsonl`
+records them (`plan`: form and rhyme group, null for none).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from data.tokenizer import StreamDecoder  # noqa: E402
 from model.attention import check_backend  # noqa: E402
 from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
+from model.sampling.poems import SamplingOptions, read_plans, stream_poems  # noqa: E402
 
 OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
 
@@ -63,12 +65,15 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
         tokens.append(nxt)
         if live:
             print(break_couplets(stream.feed(nxt[0].tolist())), end="", file=out, flush=True)
-    poems = [tok.decode(row.tolist()) for row in torch.cat(tokens, dim=1)]
+    rows = torch.cat(tokens, dim=1)  # (B, T)
+    poems = [tok.decode(row.tolist()) for row in rows]
+    plans = read_plans(tok, rows)
     settings = {**OmegaConf.to_container(cfg, resolve=True), "ckpt_path": str(ckpt), "device": device}
     settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS, "device", "backend")}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
-            print(json.dumps({"poem": poem, "index": i, **settings}, ensure_ascii=False), file=out)
+            plan = {} if plans is None else {"plan": plans[i]}
+            print(json.dumps({"poem": poem, "index": i, **plan, **settings}, ensure_ascii=False), file=out)
         elif not live:
             print(as_lines(poem), end="\n\n", file=out)
     if live:

@@ -75,23 +75,27 @@ def machine() -> str:
     return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
 
 
-def datamodule(val_windows: str = "poems", block_size: int = 64) -> PoetryDataModule:
-    """The default data (simplified script, characters), prepared, with the given validation windows."""
-    dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows)
+def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False) -> PoetryDataModule:
+    """The default data (simplified script, characters), prepared, with the given validation windows
+    (and plan tokens, for a model trained with them)."""
+    dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows,
+                          plan_tokens=plan_tokens)
     dm.prepare_data()
     return dm
 
 
 def score(lit: LitGPT, protocols=PROTOCOLS) -> dict:
-    """`val/loss` and `val/bpc` of a model on each held-out protocol, through `LitGPT`'s own validation:
+    """`val/loss` and `val/bpc` (and `val/bpc_text` for a model with plan tokens) of a model on each
+    held-out protocol, through `LitGPT`'s own validation, on data framed as it was trained:
     `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows."""
     out = {}
     for protocol in protocols:
         trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                             enable_model_summary=False, enable_checkpointing=False)
         block = lit.gpt.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's windows
-        (metrics,) = trainer.validate(lit, datamodule=datamodule(protocol, block), verbose=False)
-        out[protocol] = {"val_loss": round(metrics["val/loss"], 4), "val_bpc": round(metrics["val/bpc"], 4)}
+        dm = datamodule(protocol, block, plan_tokens=bool(lit.tokenizer.plan))
+        (metrics,) = trainer.validate(lit, datamodule=dm, verbose=False)
+        out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
     return out
 
 

@@ -4,7 +4,8 @@ Preparation (once, cached under `cache_dir/<key>/`, rebuilt when the corpus file
 settings change): read `tang.jsonl.xz`, convert to the configured script with OpenCC,
 build the vocabulary (characters, or the corpus's tokens of a tiktoken encoding), and write
 `train.bin` / `val.bin` (ids as uint16, or uint32 for vocabularies over 65,536; each poem
-framed as `<bos> text <eos>`, poems in corpus order) plus `tokenizer.json` and `meta.json`.
+framed as `<bos> text <eos>`, or with `plan_tokens` as `<bos> <form> <rhyme> text <eos>`
+(`data/plan.py`), poems in corpus order) plus `tokenizer.json` and `meta.json`.
 Training and validation read those files memory-mapped.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from data.plan import plan_labels, poem_plan
 from data.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
@@ -178,13 +180,15 @@ class PoetryDataModule(L.LightningDataModule):
     scored from its `<bos>`) | 'blocks' (non-overlapping windows of the array, nanoGPT's).
     Both validations score every held-out character once, so `val/bpc` counts the same text.
     seed: of the training order (the run's).
+    plan_tokens: frame every poem as `<bos> <form> <rhyme> text <eos>` (`data/plan.py`); the
+    tokenizer then carries the plan tokens.
     raises ValueError for an unknown script, tokenizer kind or windows.
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
                  tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
-                 seed: int = 0):
+                 seed: int = 0, plan_tokens: bool = False):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -199,6 +203,7 @@ class PoetryDataModule(L.LightningDataModule):
         self.corpus_path, self.cache_root = Path(corpus_path), Path(cache_dir)
         self.script, self.block_size = script, block_size
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.plan_tokens = bool(plan_tokens)
 
     @cached_property
     def encoding(self):
@@ -211,20 +216,31 @@ class PoetryDataModule(L.LightningDataModule):
     @cached_property
     def cache_dir(self) -> Path:
         """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays
-        (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256)."""
+        (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256, and
+        plan_tokens when on: the arrays without plan tokens keep their key)."""
         if not self.corpus_path.is_file():
             load_corpus(self.corpus_path)  # raises the explanatory FileNotFoundError
         tokenizer = {"kind": self.tokenizer_cfg["kind"], **({"encoding": self.encoding.name} if self.encoding else {})}
         h = hashlib.sha256(self.corpus_path.read_bytes())
-        h.update(json.dumps({"script": self.script, "tokenizer": tokenizer, "v": CACHE_VERSION}).encode())
+        settings = {"script": self.script, "tokenizer": tokenizer, "v": CACHE_VERSION}
+        h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {})}).encode())
         return self.cache_root / h.hexdigest()[:16]
 
     def _build_tokenizer(self, texts: list[str]) -> Tokenizer:
+        plan = plan_labels() if self.plan_tokens else ()
         if self.encoding is None:
-            return CharTokenizer.from_texts(texts)
+            return CharTokenizer.from_texts(texts, plan)
         spec = str(self.tokenizer_cfg["encoding"])
         source = spec if self.encoding.name == spec else str(Path(spec).expanduser().resolve())  # a file: absolute
-        return TiktokenTokenizer.from_texts(self.encoding, texts, source)
+        return TiktokenTokenizer.from_texts(self.encoding, texts, source, plan)
+
+    def _encode_poem(self, tok: Tokenizer, poem: dict, text: str) -> list[int]:
+        """One poem's ids: `<bos>`, its plan tokens if `plan_tokens`, its text, `<eos>`."""
+        ids = tok.encode(text, bos=True, eos=True)
+        if not self.plan_tokens:
+            return ids
+        plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, poem["form"], self.script)]
+        return [ids[0], *plan, *ids[1:]]
 
     def prepare_data(self) -> None:
         """Build the cached arrays if they are missing. Safe to interrupt: the folder
@@ -239,10 +255,12 @@ class PoetryDataModule(L.LightningDataModule):
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_root))
         try:
             meta = {"script": self.script, "tokenizer": tok.state_dict()["kind"], "vocab_size": tok.vocab_size,
-                    "dtype": np.dtype(dtype).name, "corpus": str(self.corpus_path.name)}
+                    "dtype": np.dtype(dtype).name, "corpus": str(self.corpus_path.name),
+                    **({"plan_tokens": True} if self.plan_tokens else {})}
             for split in ("train", "val"):
-                split_texts = [t for p, t in zip(poems, texts) if p["split"] == split]
-                ids = [tok.encode(t, bos=True, eos=True) for t in split_texts]
+                split_poems = [(p, t) for p, t in zip(poems, texts) if p["split"] == split]
+                split_texts = [t for _, t in split_poems]
+                ids = [self._encode_poem(tok, p, t) for p, t in split_poems]
                 arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
                 arr.tofile(tmp / f"{split}.bin")
                 meta[split] = {"poems": len(ids), "tokens": int(arr.size),
@@ -264,8 +282,9 @@ class PoetryDataModule(L.LightningDataModule):
 
     @cached_property
     def meta(self) -> dict:
-        """About the prepared arrays: script, tokenizer kind, vocab_size, dtype, and per split
-        poems, tokens and characters (of the poems' text, `<bos>`/`<eos>` not counted)."""
+        """About the prepared arrays: script, tokenizer kind, vocab_size, dtype, `plan_tokens: true`
+        if on, and per split poems, tokens and characters (of the poems' text, `<bos>`/`<eos>` and plan tokens not
+        counted)."""
         self.prepare_data()
         return json.loads((self.cache_dir / "meta.json").read_text())
 

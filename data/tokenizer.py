@@ -1,10 +1,12 @@
 """Tokenizers: characters (the default) or a tiktoken BPE encoding, plus start and end of poem.
 
-Both give ids `0` = `<bos>`, `1` = `<eos>`, then the vocabulary, and share one interface:
-`encode`, `decode`, `token_bytes`, `char_counts`, `vocab_size`, `known_characters`,
-`state_dict` (it travels inside every checkpoint; `tokenizer_from_state` rebuilds either
-kind from it). Text coming in passes `check_code_points` (the one check of incoming text);
-ids going out pass `check_ids` (every decode path refuses ids outside `[0, vocab_size)`).
+Both give ids `0` = `<bos>`, `1` = `<eos>`, then the vocabulary, then any plan tokens
+(`plan`: labels such as `<七律>`, `<下平聲七陽>`, from `data/plan.py`; no text, never produced
+by `encode`), and share one interface: `encode`, `decode`, `token_bytes`, `char_counts`,
+`vocab_size`, `known_characters`, `state_dict` (it travels inside every checkpoint;
+`tokenizer_from_state` rebuilds either kind from it; a state without "plan" has none).
+Text coming in passes `check_code_points` (the one check of incoming text); ids going out
+pass `check_ids` (every decode path refuses ids outside `[0, vocab_size)`).
 
 - `CharTokenizer`: one id per corpus character, in code-point order.
 - `TiktokenTokenizer`: a tiktoken encoding (`cl100k_base`, `o200k_base`, `gpt2`, ... or a
@@ -83,14 +85,26 @@ class EncodingUnavailableError(FileNotFoundError):
 
 
 class Tokenizer(ABC):
-    """What both tokenizers share. Ids are `int` in `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1."""
+    """What both tokenizers share. Ids are `int` in `[0, vocab_size)`; `bos_id` = 0, `eos_id` = 1;
+    the plan tokens' ids are `[plan_start, vocab_size)`."""
 
     bos_id, eos_id = 0, 1
+    plan: tuple[str, ...] = ()
+    """Labels of the plan tokens (`data.plan.plan_labels`), in id order after the text vocabulary."""
 
     @property
     @abstractmethod
+    def plan_start(self) -> int:
+        """The first plan token's id: the number of text ids, `<bos>` and `<eos>` included."""
+
+    @property
     def vocab_size(self) -> int:
-        """Number of ids, `<bos>` and `<eos>` included."""
+        """Number of ids: `<bos>`, `<eos>`, the text vocabulary and the plan tokens."""
+        return self.plan_start + len(self.plan)
+
+    def is_plan(self, i: int) -> bool:
+        """Whether id i is a plan token."""
+        return self.plan_start <= i < self.vocab_size
 
     @property
     @abstractmethod
@@ -104,7 +118,7 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def _token_bytes(self, i: int) -> bytes:
-        """`token_bytes` for an id already checked."""
+        """`token_bytes` for an id already checked (b"" for specials and plan tokens)."""
 
     @abstractmethod
     def _ids(self, text: str) -> list[int]:
@@ -119,7 +133,7 @@ class Tokenizer(ABC):
         return ids
 
     def token_bytes(self, i: int) -> bytes:
-        """The UTF-8 bytes of id `i` (empty for `<bos>`/`<eos>`); may be part of a character.
+        """The UTF-8 bytes of id `i` (empty for `<bos>`/`<eos>` and plan tokens); may be part of a character.
         raises IndexError for an id outside `[0, vocab_size)`."""
         return self._token_bytes(self.check_ids([i])[0])
 
@@ -144,23 +158,25 @@ class Tokenizer(ABC):
         return [sum(not 0x80 <= b < 0xC0 for b in self.token_bytes(i)) for i in range(self.vocab_size)]
 
     def label(self, i: int) -> str:
-        """Id i as a readable label (plot ticks): its text, `<bos>`/`<eos>`, or its bytes in hex
-        (`<e5 ba>`) where a BPE token holds only part of a character."""
+        """Id i as a readable label (plot ticks): its text, `<bos>`/`<eos>`, a plan token's label
+        (`<七律>`), or its bytes in hex (`<e5 ba>`) where a BPE token holds only part of a character."""
         if i in (self.bos_id, self.eos_id):
             return SPECIALS[i]
+        if self.is_plan(i):
+            return self.plan[i - self.plan_start]
         try:
             return self.token_bytes(i).decode("utf-8")
         except UnicodeDecodeError:
             return f"<{self.token_bytes(i).hex(' ')}>"
 
     def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
-        """ids → text; `<bos>`/`<eos>` are dropped unless `skip_specials=False`. Bytes that do not
-        form a character (a sequence cut short) become U+FFFD.
-        raises IndexError listing the ids outside `[0, vocab_size)`."""
+        """ids → text; `<bos>`/`<eos>` and plan tokens are dropped unless `skip_specials=False`
+        (then written as their labels). Bytes that do not form a character (a sequence cut
+        short) become U+FFFD. raises IndexError listing the ids outside `[0, vocab_size)`."""
         out = []
         for i in self.check_ids(ids):
-            if i in (self.bos_id, self.eos_id):
-                out.append(b"" if skip_specials else SPECIALS[i].encode())
+            if i in (self.bos_id, self.eos_id) or self.is_plan(i):
+                out.append(b"" if skip_specials else self.label(i).encode())
             else:
                 out.append(self._token_bytes(i))
         return b"".join(out).decode("utf-8", errors="replace")
@@ -173,33 +189,35 @@ class Tokenizer(ABC):
 class CharTokenizer(Tokenizer):
     """Maps characters to ids and back.
 
-    chars: the vocabulary's characters (specials are added in front).
+    chars: the vocabulary's characters (specials are added in front); plan: plan token labels
+    (added after the characters). `itos` covers every id (a plan token: its label); `stoi`
+    only the characters and specials, so text never encodes to a plan token.
     """
 
-    def __init__(self, chars: Iterable[str]):
+    def __init__(self, chars: Iterable[str], plan: Iterable[str] = ()):
         chars = sorted(set(chars) - set(SPECIALS))
         if any(len(c) != 1 for c in chars):
             raise ValueError("CharTokenizer takes single characters")
-        self.itos: list[str] = [*SPECIALS, *chars]
-        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
+        self.plan = tuple(plan)
+        self.stoi: dict[str, int] = {s: i for i, s in enumerate([*SPECIALS, *chars])}
+        self.itos: list[str] = [*SPECIALS, *chars, *self.plan]
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> "CharTokenizer":
-        """Vocabulary = every character that occurs in `texts`."""
+    def from_texts(cls, texts: Iterable[str], plan: Iterable[str] = ()) -> "CharTokenizer":
+        """Vocabulary = every character that occurs in `texts`, then the plan tokens `plan`."""
         chars: set[str] = set()
         for text in texts:
             chars.update(text)
-        return cls(chars)
+        return cls(chars, plan)
 
     @property
-    def vocab_size(self) -> int:
-        """Number of ids: the characters plus `<bos>` and `<eos>`."""
-        return len(self.itos)
+    def plan_start(self) -> int:
+        return len(self.stoi)
 
     @property
     def known_characters(self) -> frozenset[str]:
-        """The vocabulary's characters (specials excluded)."""
-        return frozenset(self.itos[len(SPECIALS):])
+        """The vocabulary's characters (specials and plan tokens excluded)."""
+        return frozenset(self.itos[len(SPECIALS):self.plan_start])
 
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` outside the vocabulary, in order of first appearance."""
@@ -209,20 +227,21 @@ class CharTokenizer(Tokenizer):
         return [self.stoi[c] for c in text]
 
     def _token_bytes(self, i: int) -> bytes:
-        return b"" if i < len(SPECIALS) else self.itos[i].encode()
+        return b"" if i < len(SPECIALS) or self.is_plan(i) else self.itos[i].encode()
 
     def state_dict(self) -> dict:
-        """JSON-able state, stored in checkpoints; inverse of `from_state_dict`."""
-        return {"kind": "char", "itos": self.itos}
+        """JSON-able state, stored in checkpoints; inverse of `from_state_dict`. "itos" holds the
+        specials and characters; "plan" (only when there are plan tokens) their labels."""
+        return {"kind": "char", "itos": self.itos[:self.plan_start], **({"plan": list(self.plan)} if self.plan else {})}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "CharTokenizer":
-        """A state without "kind" (older checkpoints) is a character tokenizer's.
-        raises ValueError if `state` is not a character tokenizer's state."""
+        """A state without "kind" (older checkpoints) is a character tokenizer's; one without
+        "plan" has no plan tokens. raises ValueError if `state` is not a character tokenizer's state."""
         if state.get("kind", "char") != "char" or tuple(state["itos"][: len(SPECIALS)]) != SPECIALS:
             raise ValueError("not a character tokenizer state (kind must be 'char', specials first)")
-        tok = cls(state["itos"][len(SPECIALS):])
-        if tok.itos != state["itos"]:
+        tok = cls(state["itos"][len(SPECIALS):], state.get("plan", ()))
+        if tok.itos[:tok.plan_start] != state["itos"]:
             raise ValueError("character tokenizer state is not sorted; it was not written by this project")
         return tok
 
@@ -307,14 +326,15 @@ class TiktokenTokenizer(Tokenizer):
     encoding: a `tiktoken.Encoding`; token_ids: the encoding's ids to keep (id `2 + k` is the
     k-th smallest of them); source: what `load_encoding` rebuilds the encoding from (a name or
     a ranks file path), stored in the checkpoint with the encoding's name; chars: the
-    characters of the training text (`known_characters`), or None. Special-token
+    characters of the training text (`known_characters`), or None; plan: plan token labels,
+    ids after the kept tokens. Special-token
     strings such as `<|endoftext|>` in text are encoded as plain text. A token outside the
     kept ids is encoded as its single bytes, so any text made of the corpus's characters encodes.
     """
 
     def __init__(self, encoding: "tiktoken.Encoding", token_ids: Iterable[int], source: str,
-                 chars: Iterable[str] | None = None):
-        self.encoding, self.source = encoding, source
+                 chars: Iterable[str] | None = None, plan: Iterable[str] = ()):
+        self.encoding, self.source, self.plan = encoding, source, tuple(plan)
         self.chars = None if chars is None else "".join(sorted(set(chars)))  # the training text's characters
         self.token_ids: list[int] = sorted(set(token_ids))
         self._index = {t: k + len(SPECIALS) for k, t in enumerate(self.token_ids)}
@@ -322,16 +342,17 @@ class TiktokenTokenizer(Tokenizer):
         self._byte_ids = {b[0]: i for i, b in enumerate(self._bytes) if len(b) == 1}  # byte value → id
 
     @classmethod
-    def from_texts(cls, encoding: "tiktoken.Encoding", texts: list[str], source: str) -> "TiktokenTokenizer":
-        """Vocabulary = every token of `texts` encoded, plus the single-byte token of every byte in them."""
+    def from_texts(cls, encoding: "tiktoken.Encoding", texts: list[str], source: str,
+                   plan: Iterable[str] = ()) -> "TiktokenTokenizer":
+        """Vocabulary = every token of `texts` encoded, plus the single-byte token of every byte in
+        them, then the plan tokens `plan`."""
         token_ids = {t for ids in encoding.encode_ordinary_batch(texts) for t in ids}
         chars = set("".join(texts))
         token_ids |= {encoding.encode_single_token(bytes([b])) for b in set("".join(chars).encode())}
-        return cls(encoding, token_ids, source, chars)
+        return cls(encoding, token_ids, source, chars, plan)
 
     @property
-    def vocab_size(self) -> int:
-        """Number of ids: the kept tokens plus `<bos>` and `<eos>`."""
+    def plan_start(self) -> int:
         return len(self._bytes)
 
     @property
@@ -339,7 +360,7 @@ class TiktokenTokenizer(Tokenizer):
         return None if self.chars is None else frozenset(self.chars)
 
     def _token_bytes(self, i: int) -> bytes:
-        return self._bytes[i]
+        return b"" if self.is_plan(i) else self._bytes[i]
 
     def unknown(self, text: str) -> list[str]:
         """Characters of `text` with a byte no kept token covers, in order of first appearance."""
@@ -357,7 +378,8 @@ class TiktokenTokenizer(Tokenizer):
     def state_dict(self) -> dict:
         """JSON-able state, stored in checkpoints; inverse of `from_state_dict`."""
         return {"kind": "tiktoken", "encoding": self.source, "name": self.encoding.name, "token_ids": self.token_ids,
-                **({"chars": self.chars} if self.chars is not None else {})}
+                **({"chars": self.chars} if self.chars is not None else {}),
+                **({"plan": list(self.plan)} if self.plan else {})}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "TiktokenTokenizer":
@@ -368,7 +390,7 @@ class TiktokenTokenizer(Tokenizer):
         if encoding.name != state["name"]:
             raise ValueError(f"the encoding at {state['encoding']} is {encoding.name}, but this model was "
                              f"trained with {state['name']}; provide the ranks file it was trained with")
-        return cls(encoding, state["token_ids"], state["encoding"], state.get("chars"))
+        return cls(encoding, state["token_ids"], state["encoding"], state.get("chars"), state.get("plan", ()))
 
 
 def tokenizer_from_state(state: dict) -> CharTokenizer | TiktokenTokenizer:
@@ -389,7 +411,7 @@ def load_tokenizer(path: str | Path) -> CharTokenizer | TiktokenTokenizer:
 class StreamDecoder:
     """Incremental ids → text that never emits part of a character: the bytes of an unfinished
     UTF-8 sequence are held back until the token that completes it (Python's incremental
-    UTF-8 decoder). `<bos>`/`<eos>` produce no text.
+    UTF-8 decoder). `<bos>`/`<eos>` and plan tokens produce no text.
 
     >>> stream = StreamDecoder(tokenizer)
     >>> for i in ids: print(stream.feed([i]), end="", flush=True)

@@ -157,15 +157,20 @@ class GPT(nn.Module):
         """An empty KV cache per layer, for `forward(..., cache=)`."""
         return [KVCache(self.cfg.block_size) for _ in self.blocks]
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None,
+                reduction: str = "mean"):
         """idx: (B, T) int64 token ids; targets: (B, T) int64 or None, -1 where not scored.
 
         cache: from `new_cache`; idx continues the positions it holds (and is added to it).
         returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
-        scored token, or None without targets). With the adaptive head the logits are
+        scored token, or None without targets; with reduction="none" the nats of every
+        position, (B, T) float, 0 where not scored). With the adaptive head the logits are
         log-probabilities, and None when targets are given: training needs only the loss, and
-        the full distribution is what the adaptive softmax saves computing. raises ValueError if the positions pass block_size.
+        the full distribution is what the adaptive softmax saves computing. raises ValueError if
+        the positions pass block_size, or for a reduction other than "mean" and "none".
         """
+        if reduction not in ("mean", "none"):
+            raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
         x = self._embed(idx, cache[0].length if cache else 0)  # (B, T, n_embd)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)  # (B, T, n_embd)
@@ -173,8 +178,8 @@ class GPT(nn.Module):
         if self.cfg.head == "tied":
             logits = self.lm_head(x)  # (B, T, vocab_size)
             loss = None if targets is None else F.cross_entropy(
-                logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
-            return logits, loss
+                logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1, reduction=reduction)
+            return logits, loss if reduction == "mean" or loss is None else loss.view(targets.shape)
         # in float32 even under autocast: the adaptive softmax writes float32 results in place
         with torch.autocast(device_type=x.device.type, enabled=False):
             if targets is None:  # log-probabilities of every id, in id order
@@ -182,7 +187,11 @@ class GPT(nn.Module):
                 return logp[:, self.id_rank].view(*idx.shape, -1), None  # (B, T, vocab_size)
             scored = targets.reshape(-1) != -1  # (B·T,)
             h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd), N scored positions
-            return None, self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]]).loss
+            out = self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]])
+            if reduction == "mean":
+                return None, out.loss
+            nats = torch.zeros(scored.shape, device=h.device).masked_scatter(scored, -out.output)  # (B·T,)
+            return None, nats.view(targets.shape)  # (B, T)
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:

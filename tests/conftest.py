@@ -23,13 +23,16 @@ POEMS = [  # traditional script, as in the shipped corpus
 
 
 def write_corpus(path: Path, texts: list[str] = POEMS, copies: int = 20) -> Path:
-    """A corpus file in the shipped format: `copies` copies of `texts`, every fifth copy held out."""
+    """A corpus file in the shipped format: `copies` copies of `texts`, every fifth copy held out,
+    each tagged with its form (`form_of`, as `data/build_corpus.py` does)."""
+    from data.poetry import form_of
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with lzma.open(path, "wt", encoding="utf-8") as f:
         for c in range(copies):
             for i, text in enumerate(texts):
                 split = "val" if c % 5 == 0 else "train"
-                f.write(json.dumps({"id": f"{c}-{i}", "title": "", "author": "", "form": "other",
+                f.write(json.dumps({"id": f"{c}-{i}", "title": "", "author": "", "form": form_of(text),
                                     "split": split, "text": text}, ensure_ascii=False) + "\n")
     return path
 

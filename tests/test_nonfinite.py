@@ -38,8 +38,8 @@ def test_a_nan_training_loss_stops_the_run_in_one_line(train_cfg, tmp_path):
 def test_nan_validation_stays_nan_and_is_never_the_best_checkpoint(train_cfg, tmp_path, monkeypatch):
     forward = GPT.forward
 
-    def nan_in_eval(gpt, idx, targets=None):
-        logits, loss = forward(gpt, idx, targets)
+    def nan_in_eval(gpt, idx, targets=None, **kw):  # kw: validation asks for per-position nats (reduction)
+        logits, loss = forward(gpt, idx, targets, **kw)
         return logits, loss if gpt.training or loss is None else loss * torch.nan
 
     monkeypatch.setattr(GPT, "forward", nan_in_eval)

@@ -2,10 +2,12 @@
 `PoemEvaluationLogger` logs at the end of training.
 
 A sample set is a way of asking for poems: `free` (from `<bos>`, no control), a form
-(`wujue` …: `form=`), a form with rhyme (`wujue+rhyme`) or with 格律 (`wujue+meter`). Every
-evaluation poem is drawn by `sample_sets` through the one sampling path
-(`model.sampling.poems.sample_poems`), then measured by
-`model.inspection.poem_metrics.poem_metrics`.
+(`wujue` …: `form=`), a form with rhyme (`wujue+rhyme`) or with 格律 (`wujue+meter`), and for
+a model with plan tokens a form with rhyme as plan tokens only (`wujue+soft`: the form token
+given, the rhyme slot restricted to real groups, no masks). Every evaluation poem is drawn by
+`sample_sets` through the one sampling path (`model.sampling.poems`), then measured by
+`model.inspection.poem_metrics.poem_metrics` (for a plan model with the plans drawn: how
+often a poem keeps its plan).
 """
 from __future__ import annotations
 
@@ -22,20 +24,24 @@ from data.datamodule import PoetryDataModule, heldout_poems
 from data.poetry import FORMS
 from data.tokenizer import CharTokenizer
 from model.inspection.poem_metrics import FORM_NAMES, poem_metrics, training_lines
-from model.sampling.poems import SamplingOptions, sample_poems
+from model.sampling.poems import SamplingOptions, read_plans, sample_ids
 from model.training.lit import LitGPT
 
-SET_KINDS = ("free", "form", "rhyme", "meter")
-"""Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter."""
+SET_KINDS = ("free", "form", "rhyme", "meter", "soft")
+"""Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
+(each with the sampler's default control), and with rhyme as plan tokens only (`soft`)."""
 REFERENCE = "human (held-out)"
 """The name of the reference row: held-out poems of the corpus's validation split."""
 
 
-def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool = True) -> dict[str, dict]:
+def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool = True,
+                    plan_model: bool = False) -> dict[str, dict]:
     """Set name → the `SamplingOptions` fields that ask for it: `free` → {}, `wujue` →
-    {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}.
+    {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}, `wujue+soft` →
+    {form, rhyme, control: soft}.
 
-    char_model=False (a BPE model) keeps only `free`: the controls need a character model.
+    char_model=False (a BPE model) drops the form, rhyme and meter sets: their masks need a
+    character model; plan_model=False (no plan tokens) drops the soft sets.
     raises ValueError for an unknown kind or form.
     """
     kinds, forms = list(kinds), list(forms)
@@ -43,19 +49,34 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         raise ValueError(f"unknown sample set kinds or forms {bad}; kinds: {', '.join(SET_KINDS)}; "
                          f"forms: {', '.join(FORMS)}")
     requests = {"free": {}} if "free" in kinds else {}
-    for form in forms if char_model else ():
-        if "form" in kinds:
+    for form in forms:
+        if "form" in kinds and char_model:
             requests[form] = {"form": form}
-        for control in ("rhyme", "meter"):
+        for control in ("rhyme", "meter") if char_model else ():
             if control in kinds:
                 requests[f"{form}+{control}"] = {"form": form, control: True}
+        if "soft" in kinds and plan_model:
+            requests[f"{form}+soft"] = {"form": form, "rhyme": True, "control": "soft"}
     return requests
 
 
+def sample_planned_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict]
+                        ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None]]:
+    """(set name → `base.num_samples` poems sampled with `base` updated by the request's fields,
+    set name → the plans they were sampled with, `model.sampling.poems.read_plans`: None for a
+    model without plan tokens). Seeded: the same model and options give the same poems.
+    raises as `model.sampling.poems.stream_poems`."""
+    poems, plans = {}, {}
+    for name, fields in requests.items():
+        rows = sample_ids(lit, replace(base, **fields))  # (B, T)
+        poems[name] = [lit.tokenizer.decode(row.tolist()) for row in rows]
+        plans[name] = read_plans(lit.tokenizer, rows)
+    return poems, plans
+
+
 def sample_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
-    """Set name → `base.num_samples` poems sampled with `base` updated by the request's fields
-    (seeded: the same model and options give the same poems). raises as `sample_poems`."""
-    return {name: sample_poems(lit, replace(base, **fields)) for name, fields in requests.items()}
+    """The poems of `sample_planned_sets`. raises as `model.sampling.poems.stream_poems`."""
+    return sample_planned_sets(lit, base, requests)[0]
 
 
 def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
@@ -68,32 +89,37 @@ def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
 
 
 def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_path: str | Path,
-                    script: str) -> dict[str, dict]:
+                    script: str, plans: dict[str, list[dict] | None] | None = None) -> dict[str, dict]:
     """{REFERENCE: metrics of the human poems, set name: metrics of its poems, …}; distinct-n
     of every row over the same number of poems (the largest sample set's; the reference's
-    first that many). raises FileNotFoundError if the corpus is missing."""
+    first that many); plans: per set, the plans its poems were sampled with (the plan figures).
+    raises FileNotFoundError if the corpus is missing."""
     lines = training_lines(str(corpus_path), script)
     n_distinct = max((len(p) for p in samples.values()), default=None)
+    plans = plans or {}
     return {REFERENCE: poem_metrics(reference, script, lines, n_distinct),
-            **{name: poem_metrics(poems, script, lines, n_distinct) for name, poems in samples.items()}}
+            **{name: poem_metrics(poems, script, lines, n_distinct, plans.get(name))
+               for name, poems in samples.items()}}
 
 
 def sample_and_measure(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
-                       n_reference: int) -> tuple[dict[str, list[str]], dict[str, dict], dict[str, float]]:
-    """`sample_sets`, then `evaluation_rows` with the first n_reference held-out poems, the
-    model in eval mode meanwhile → (poems per set, rows, seconds spent {"sampling", "metrics"}).
-    raises as `sample_poems`; FileNotFoundError if the corpus is missing."""
+                       n_reference: int) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict],
+                                                  dict[str, float]]:
+    """`sample_planned_sets`, then `evaluation_rows` with the first n_reference held-out poems,
+    the model in eval mode meanwhile → (poems per set, plans per set, rows, seconds spent
+    {"sampling", "metrics"}). raises as `model.sampling.poems.stream_poems`; FileNotFoundError
+    if the corpus is missing."""
     script = lit.hparams.script
     start = time.perf_counter()
     was_training = lit.training
     lit.eval()
     try:
-        samples = sample_sets(lit, base, requests)
+        samples, plans = sample_planned_sets(lit, base, requests)
     finally:
         lit.train(was_training)
     sampled = time.perf_counter()
-    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script)
-    return samples, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
+    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script, plans)
+    return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
 
 
 def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: str = "cpu") -> dict[str, float]:
@@ -114,3 +140,8 @@ def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: s
 def is_char_model(lit: LitGPT) -> bool:
     """Whether the model's tokenizer is the character one (the poetry controls need it)."""
     return isinstance(lit.tokenizer, CharTokenizer)
+
+
+def is_plan_model(lit: LitGPT) -> bool:
+    """Whether the model was trained with plan tokens (`data.plan_tokens=true`)."""
+    return bool(lit.tokenizer.plan)

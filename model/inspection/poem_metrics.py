@@ -19,6 +19,8 @@ fits either tone, one outside the table fits none).
 | `meter_relaxed` | the same with 1st, 3rd (5th) characters free (一三五不论) | regulated poems |
 | `copy` | the line, marks stripped, occurs verbatim in a training poem | lines |
 | `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
+| `plan_form` | the poem has the form its plan tokens name (`data/plan.py`) | poems with a plan |
+| `plan_rhyme` | the poem's even lines rhyme in the group its plan names (`data.plan.poem_rhyme_groups`), or in none for `<无韵>` | poems with a plan |
 """
 from __future__ import annotations
 
@@ -27,19 +29,23 @@ from pathlib import Path
 
 from data.datamodule import iter_corpus
 from data.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
+from data.plan import poem_rhyme_groups
 from data.poetry import FORMS, form_of
 from data.rhyme import rhyme_groups
 from data.script import corpus_to_script
 
 FORM_NAMES = (*FORMS, "other")
+PLAN_METRICS = ("plan_form", "plan_rhyme")
+"""The figures defined only for poems sampled with plan tokens."""
 METRICS = ("n", "regulated", *FORM_NAMES, "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
-           "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2")
+           "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *PLAN_METRICS)
 """The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
 
 HEADERS = {"n": "n", "regulated": "reg", "wujue": "wujue", "qijue": "qijue", "wulv": "wulv", "qilv": "qilv",
            "other": "other", "level_finals": "lvlfin", "rhyme": "rhyme", "rhyme_regulated": "rhy/reg",
            "alternation": "alt246", "nian": "nian", "dui": "dui", "meter": "meter", "meter_relaxed": "m-135",
-           "copy": "copy", "distinct_1": "dist-1", "distinct_2": "dist-2"}
+           "copy": "copy", "distinct_1": "dist-1", "distinct_2": "dist-2", "plan_form": "pl-form",
+           "plan_rhyme": "pl-rhy"}
 """Short ASCII column titles of `format_table` (CJK titles would break a terminal's alignment)."""
 
 
@@ -66,12 +72,27 @@ def distinct_n(poems: list[str], n: int) -> float | None:
     return _rate(len(set(grams)), len(grams))
 
 
-def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_distinct: int | None = None) -> dict:
+def plan_match(poems: list[str], plans: list[dict | None], script: str) -> dict[str, float | None]:
+    """`plan_form` and `plan_rhyme` (module docstring) of poems and the plans they were sampled
+    with ({"form": name, "rhyme": group or None}, as `model.sampling.poems.read_plans` gives;
+    None for a poem without one)."""
+    planned = [(p, plan) for p, plan in zip(poems, plans) if plan is not None]
+    forms = sum(form_of(p) == plan["form"] for p, plan in planned)
+    rhymes = 0
+    for p, plan in planned:
+        groups = poem_rhyme_groups(p, script)
+        rhymes += plan["rhyme"] in groups if plan["rhyme"] else not groups
+    return {"plan_form": _rate(forms, len(planned)), "plan_rhyme": _rate(rhymes, len(planned))}
+
+
+def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_distinct: int | None = None,
+                 plans: list[dict | None] | None = None) -> dict:
     """The `METRICS` of a set of poems (see the module docstring for each).
 
     script: the poems' script (for the tone tables); train_lines: `training_lines`;
     n_distinct: distinct-n over the first n_distinct poems only (default all), so that sets
-    of different sizes are compared on the same count. → {name: int | float | None}.
+    of different sizes are compared on the same count; plans: the plan each poem was sampled
+    with (`plan_match`; None: no plans, the plan figures are None). → {name: int | float | None}.
     """
     forms = [form_of(p) for p in poems]
     regulated = [poem_lines(p) for p, f in zip(poems, forms) if f != "other"]
@@ -106,17 +127,20 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
         "copy": _rate(sum(line in train_lines for line in all_lines), len(all_lines)),
         "distinct_1": distinct_n(sample, 1),
         "distinct_2": distinct_n(sample, 2),
+        **plan_match(poems, plans or [None] * len(poems), script),
     }
 
 
 def format_table(rows: dict[str, dict]) -> str:
     """{set name: `poem_metrics`} → a text table, one row per set: n, then percentages
-    (distinct-n as fractions), `–` where a figure is undefined."""
+    (distinct-n as fractions), `–` where a figure is undefined; the `PLAN_METRICS` columns
+    only where some row has them."""
     width = max(len(name) for name in rows) + 2
-    lines = [f"{'':<{width}}" + "".join(f"{HEADERS[m]:>8}" for m in METRICS)]
+    columns = [m for m in METRICS if m not in PLAN_METRICS or any(row[m] is not None for row in rows.values())]
+    lines = [f"{'':<{width}}" + "".join(f"{HEADERS[m]:>8}" for m in columns)]
     for name, row in rows.items():
         cells = []
-        for m in METRICS:
+        for m in columns:
             v = row[m]
             if v is None:
                 cells.append(f"{'–':>8}")

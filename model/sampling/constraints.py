@@ -15,6 +15,11 @@ logits of every token that would break the requested shape, so 100% of the poems
   fits either tone; a character outside the tone table never stands in such a poem. A first
   line that ends level rhymes with the even lines.
 A line's characters are CJK ideographs (Unicode category Lo); punctuation only closes lines.
+
+With a tokenizer that has plan tokens (`data/plan.py`), the plan slots after `<bos>` are left
+to the plan (`model.sampling.decoding.PlanGrammar` says which plan token goes where; with
+`rhyme`, only rhyme tokens of groups the constraint can rhyme in); the poem's rules start
+after them, and a rhyme token in the sequence (drawn or given) fixes the rhyme group.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from data.meter import LEVEL, OBLIQUE, patterns, tones
+from data.plan import PLAN_SLOTS, plan_ids
 from data.poetry import FORMS, is_hanzi
 from data.rhyme import rhyme_groups
 from data.tokenizer import CharTokenizer
@@ -43,6 +49,7 @@ class _Row:
     rhymes: set[str] = field(default_factory=set)
     patterns: frozenset[str] | None = None  # meter: the patterns the poem still fits (None = all)
     ended: bool = False  # the last line is closed: only <eos> remains
+    plan_left: int = 0  # plan slots still open (plan tokens may come before the poem)
 
 
 class PoemConstraint:
@@ -96,6 +103,8 @@ class PoemConstraint:
         self.tone_masks: dict[str, torch.Tensor] = {}  # meter: tone → (V,) bool, the characters that have it
         if meter:
             self._set_up_meter(script)
+        self.plan = plan_ids(tokenizer)
+        self.plan_groups = frozenset(self.open_groups)  # rhyme: the groups a plan's rhyme token may name
         self.rows: list[_Row] = []
         self.consumed = 0
 
@@ -117,19 +126,38 @@ class PoemConstraint:
         return self.n_lines * ((self.n_chars or max(FREE_LENGTHS)) + 1) + 1
 
     def check_text(self, text: str) -> None:
-        """raises ValueError saying where `text` (a prompt) breaks the constraint."""
+        """raises ValueError saying where `text` (a prompt) breaks the constraint. A prompt that
+        rhymes already leaves a plan's rhyme token only its groups."""
         row = _Row()
         for i, c in enumerate(text):
             if reason := self._advance(row, c):
                 raise ValueError(f"the prompt {text!r} does not fit at {c!r} (character {i + 1}): {reason}")
+        if row.groups is not None:
+            self.plan_groups = row.groups
+
+    @property
+    def plan_tokens(self) -> torch.Tensor:
+        """(V,) bool: the plan tokens allowed in the plan slots (with rhyme: rhyme tokens of
+        `plan_groups` only, and `<无韵>`)."""
+        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+        if self.plan:
+            rhymes = [i for g, i in self.plan.rhymes.items() if not self.rhyme or g in self.plan_groups]
+            allowed[[*self.plan.forms.values(), *rhymes, self.plan.none]] = True
+        return allowed
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
         if not self.rows:
-            self.rows = [_Row() for _ in range(idx.size(0))]
+            self.rows = [_Row(plan_left=PLAN_SLOTS if self.plan else 0) for _ in range(idx.size(0))]
         for row, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
             for i in ids:
-                if i not in (self.tok.bos_id, self.tok.eos_id) and (reason := self._advance(row, self.tok.itos[i])):
+                if i in (self.tok.bos_id, self.tok.eos_id):
+                    continue
+                if self.tok.is_plan(i):
+                    self._advance_plan(row, i)
+                    continue
+                row.plan_left = 0
+                if reason := self._advance(row, self.tok.itos[i]):
                     raise ValueError(f"a generated token broke the constraint: {reason}")  # a bug if seen
         self.consumed = idx.size(1)
         allowed = torch.stack([self._allowed(row) for row in self.rows]).to(logits.device)  # (B, V)
@@ -152,8 +180,20 @@ class PoemConstraint:
             return f"line {row.line + 1} ends with a level-tone rhyme", {"rhyme"}
         return f"line {row.line + 1} continues with a character, not a mark", None
 
+    def _advance_plan(self, row: _Row, i: int) -> None:
+        """Move `row` past plan token i: a rhyme token of a usable group fixes the rhyme group."""
+        row.plan_left = max(0, row.plan_left - 1)
+        group = next((g for g, j in self.plan.rhymes.items() if j == i), None)
+        if self.rhyme and group in self.plan_groups:
+            row.groups = frozenset({group})
+
     def _allowed(self, row: _Row) -> torch.Tensor:
-        """(V,) bool: the tokens allowed next in this row (shared tensors: do not modify)."""
+        """(V,) bool: the tokens allowed next in this row (shared tensors: do not modify); in the
+        plan slots also the plan tokens."""
+        allowed = self._allowed_in_poem(row)
+        return allowed | self.plan_tokens if row.plan_left else allowed
+
+    def _allowed_in_poem(self, row: _Row) -> torch.Tensor:
         _, expected = self._expected(row)
         if expected is None:
             allowed = self.hanzi
@@ -195,7 +235,13 @@ class PoemConstraint:
             needed = "/".join(sorted({self.patterns[p][row.line][row.pos] for p in self._row_patterns(row)}))
             return f"line {row.line + 1} character {row.pos + 1} must be {needed} (meter: the tone patterns so far)"
         if self._first_line_rhyme(row) and LEVEL in have and any(self.patterns[p][0][-1] == LEVEL for p in kept):
-            row.groups, row.rhymes = self.groups[c], {c}  # 首句入韵: it picks the rhyme group
+            groups = self.groups[c] if row.groups is None else self.groups[c] & row.groups  # a plan's group kept
+            if groups:
+                row.groups, row.rhymes = groups, {c}  # 首句入韵: it picks the rhyme group (within the plan's)
+            else:  # outside the plan's group: a polyphonic c stands as 仄, the first line unrhymed
+                kept = frozenset(p for p in kept if self.patterns[p][0][-1] == OBLIQUE)
+                if not kept:
+                    return f"line 1 ends with a rhyme of the group {'/'.join(sorted(row.groups))}"
         row.patterns = kept
         return None
 

@@ -123,3 +123,24 @@ class PoemBoundaries:
         logits[~self.closers.to(idx.device)[last], self.eos_id] = float("-inf")
         no_mark = self.no_mark_next.to(idx.device)[last][:, None] & self.marks.to(idx.device)  # (B, V)
         return logits.masked_fill(no_mark, float("-inf"))
+
+
+class PlanGrammar:
+    """Where plan tokens (`data/plan.py`) may stand: right after `<bos>` only a form token, right
+    after a form token only a rhyme token, and no plan token anywhere else. So a poem sampled
+    from `<bos>` draws its plan first, and a poem never shows a plan token later.
+
+    forms: (V,) bool, the form tokens; rhymes: (V,) bool, the rhyme tokens allowed in the rhyme
+    slot (all of them and `<无韵>`, or only real groups for soft `rhyme`); plan: (V,) bool, every
+    plan token.
+    """
+
+    def __init__(self, forms: torch.Tensor, rhymes: torch.Tensor, plan: torch.Tensor, bos_id: int):
+        self.forms, self.rhymes, self.plan, self.bos_id = forms, rhymes, plan, bos_id
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        last = idx[:, -1]  # (B,)
+        forms, rhymes, plan = (m.to(idx.device) for m in (self.forms, self.rhymes, self.plan))
+        allowed = torch.where(forms[last][:, None], rhymes, ~plan)  # (B, V): after a form token, a rhyme
+        allowed = torch.where((last == self.bos_id)[:, None], forms, allowed)  # (B, V): after <bos>, a form
+        return logits.masked_fill(~allowed, float("-inf"))

@@ -3,7 +3,15 @@
 The one sampling path: `sample.py` (conf/sample.yaml's options), the `samples` table of
 `model.training.callbacks.SampleLogger`, `benchmarks/sampling.py` and evaluation all go
 through `stream_poems` / `sample_poems`, so every poem keeps the same rules
-(`PoemBoundaries`, and the constraints asked for).
+(`PoemBoundaries`, `PlanGrammar` for a model with plan tokens, and the controls asked for).
+
+A model trained with plan tokens (`data.plan_tokens=true`, `data/plan.py`) writes `<bos>`, a
+form token, a rhyme token, then the poem. Sampled from `<bos>`, it draws its plan first (a
+prompt's text follows the drawn plan). `control` says how `form` and `rhyme` are asked for:
+`soft` puts them in the plan (`form` becomes the form token of the prompt, `rhyme` restricts
+the rhyme slot to real groups, not `<无韵>`) and masks nothing in the poem; `hard` is constrained
+decoding (`PoemConstraint`, which rhymes within the plan's group when there is one); `both`
+(the default for plan models) does both. Decoded poems never show plan tokens.
 """
 from __future__ import annotations
 
@@ -13,11 +21,15 @@ from typing import Callable, Iterator
 
 import torch
 
-from data.poetry import LINE_END, is_hanzi
+from data.plan import PLAN_SLOTS, plan_ids
+from data.poetry import FORMS, LINE_END, is_hanzi
 from data.tokenizer import Tokenizer
 from model.sampling.constraints import PoemConstraint
 from model.training.lit import LitGPT
-from model.sampling.decoding import PoemBoundaries, RepetitionPenalty, check_sampling_args
+from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args
+
+CONTROLS = ("hard", "soft", "both")
+"""How `form`/`rhyme` are asked for: masks (hard), plan tokens (soft, plan models only), or both."""
 
 
 @dataclass
@@ -28,7 +40,8 @@ class SamplingOptions:
     qilv | None; rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
     character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
     repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
-    temperature 0 = greedy.
+    temperature 0 = greedy; control: hard | soft | both (module docstring; None: both for a
+    model with plan tokens, hard otherwise). Drawn plan tokens count in max_new_tokens.
     """
     prompt: str = ""
     num_samples: int = 1
@@ -43,57 +56,122 @@ class SamplingOptions:
     meter: bool = False
     repetition_penalty: float = 1.0
     use_cache: bool = True
+    control: str | None = None
 
 
 @lru_cache(maxsize=8)
 def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
-    """The `PoemBoundaries` of a tokenizer's vocabulary (built once per tokenizer; stateless)."""
+    """The `PoemBoundaries` of a tokenizer's vocabulary (built once per tokenizer; stateless); a
+    line mark never follows a plan token either."""
     texts = [tok.decode([i]) for i in range(tok.vocab_size)]
     closers = torch.tensor([t.endswith(tuple(LINE_END[1:])) for t in texts])  # (V,) bool
     marks = torch.tensor([t.startswith(tuple(LINE_END)) for t in texts])  # (V,) bool
-    after_mark = torch.tensor([t.endswith(tuple(LINE_END)) for t in texts])  # (V,) bool
+    after_mark = torch.tensor([t.endswith(tuple(LINE_END)) or tok.is_plan(i) for i, t in enumerate(texts)])  # (V,)
     return PoemBoundaries(closers, marks, after_mark, tok.bos_id, tok.eos_id)
 
 
+def plan_grammar(tok: Tokenizer, real_rhymes: bool) -> PlanGrammar:
+    """The `PlanGrammar` of a tokenizer with plan tokens; real_rhymes: the rhyme slot takes a
+    level-tone group only, not `<无韵>` (soft `rhyme`)."""
+    ids, V = plan_ids(tok), tok.vocab_size
+    forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
+    forms[list(ids.forms.values())] = True
+    rhymes[list(ids.rhymes.values()) + ([] if real_rhymes else [ids.none])] = True
+    plan[ids.all] = True
+    return PlanGrammar(forms, rhymes, plan, tok.bos_id)
+
+
+def resolve_control(control: str | None, has_plan: bool) -> str:
+    """The control in force: `control`, or by default both (plan model) / hard. raises ValueError
+    for an unknown control, or soft/both on a model without plan tokens."""
+    if control is not None and control not in CONTROLS:
+        raise ValueError(f"control={control!r} is not one of {', '.join(CONTROLS)}")
+    control = control or ("both" if has_plan else "hard")
+    if control != "hard" and not has_plan:
+        raise ValueError(f"control={control} needs a model trained with plan tokens (data.plan_tokens=true); "
+                         "this one has none: use control=hard")
+    return control
+
+
 def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
-    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, 1)).
+    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, n)
+    int64 chunks: each drawn token (n = 1), and a prompt that follows a drawn plan (n = its length)).
 
     `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
-    mark never follows `<bos>` or another mark; `form` fixes where lines end. The model must be
-    in eval mode for dropout-free sampling (`load_for_inference` gives one).
-    Every check runs before the first token: raises ValueError for bad sampling arguments,
-    a prompt or acrostic with invalid code points, outside the vocabulary, or breaking the
-    form; max_new_tokens too small for the form.
+    mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
+    `form` fixes where lines end (module docstring for `control`). The model must be in eval
+    mode for dropout-free sampling (`load_for_inference` gives one).
+    Every check runs before the first token: raises ValueError for bad sampling arguments or
+    control (soft: no acrostic or meter, which are masks), a prompt or acrostic with invalid
+    code points, outside the vocabulary, or breaking the form; max_new_tokens too small for the
+    form and the plan tokens still to draw.
     """
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
     tok, device = lit.tokenizer, lit.device
+    ids = plan_ids(tok)
+    control = resolve_control(opts.control, ids is not None)
+    if control == "soft" and (opts.acrostic or opts.meter):
+        raise ValueError("acrostic and meter are masks, not plan tokens: use control=hard or control=both")
+    if opts.form is not None and opts.form not in FORMS:
+        raise ValueError(f"unknown form {opts.form!r}; choose one of {', '.join(FORMS)}")
     prompt = lit.to_model_text(opts.prompt, "prompt")
     acrostic = lit.to_model_text(opts.acrostic, "acrostic")
     processors: list[Callable] = [poem_boundaries(tok)]
-    if opts.form or acrostic or opts.rhyme or opts.meter:
+    plan = [ids.forms[opts.form]] if control != "hard" and opts.form else []  # soft form: the prompt's plan
+    to_draw = PLAN_SLOTS - len(plan) if ids else 0
+    if ids:
+        processors.append(plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)))
+    if control != "soft" and (opts.form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script, opts.meter)
         constraint.check_text(prompt)
-        needed = constraint.max_tokens() - len(prompt)
+        needed = constraint.max_tokens() - len(prompt) + to_draw
         if opts.max_new_tokens < needed:
             raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
         processors.append(constraint)
+    if to_draw and opts.max_new_tokens <= to_draw:
+        raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
+                         f"{to_draw} plan token(s)")
     if opts.repetition_penalty != 1.0:
         penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
-    start = torch.tensor([tok.encode(prompt, bos=True)] * opts.num_samples, device=device)  # (B, T0)
-    steps = lit.gpt.generate_stream(start, opts.max_new_tokens, opts.temperature, opts.top_k, opts.top_p,
-                                    tok.eos_id, gen, opts.use_cache, processors)
-    return start, steps
+    text = tok.encode(prompt)
+    drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
+    start = torch.tensor([[tok.bos_id, *plan, *([] if drawn_first else text)]] * opts.num_samples,
+                         device=device)  # (B, T0)
+
+    def generate(idx: torch.Tensor, n: int) -> Iterator[torch.Tensor]:
+        return lit.gpt.generate_stream(idx, n, opts.temperature, opts.top_k, opts.top_p, tok.eos_id, gen,
+                                       opts.use_cache, processors)
+
+    def steps() -> Iterator[torch.Tensor]:
+        drawn = list(generate(start, to_draw))  # to_draw × (B, 1): PoemBoundaries allows no <eos> here
+        yield from drawn
+        given = torch.tensor([text] * opts.num_samples, device=device)  # (B, len(text))
+        yield given
+        yield from generate(torch.cat([start, *drawn, given], dim=1), opts.max_new_tokens - to_draw)
+
+    return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
+
+
+def sample_ids(lit: LitGPT, opts: SamplingOptions) -> torch.Tensor:
+    """`opts.num_samples` sequences sampled in one batch: (B, T) int64 ids from `<bos>` (plan
+    and prompt included; rows that ended early padded with `<eos>`). raises as `stream_poems`."""
+    start, steps = stream_poems(lit, opts)
+    return torch.cat([start, *steps], dim=1)  # (B, T0 + n)
 
 
 def sample_poems(lit: LitGPT, opts: SamplingOptions) -> list[str]:
-    """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks).
-
-    The same options and seed give the same poems. raises as `stream_poems`.
+    """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks,
+    no plan tokens). The same options and seed give the same poems. raises as `stream_poems`.
     """
-    start, steps = stream_poems(lit, opts)
-    out = torch.cat([start, *steps], dim=1)  # (B, T0 + n)
-    return [lit.tokenizer.decode(row.tolist()) for row in out]
+    return [lit.tokenizer.decode(row.tolist()) for row in sample_ids(lit, opts)]
+
+
+def read_plans(tok: Tokenizer, rows: torch.Tensor) -> list[dict[str, str | None]] | None:
+    """The plan of each sampled row, (B, T) int64 → [{"form": name, "rhyme": group or None}, …]
+    (`data.plan.PlanIds.read`); None for a model without plan tokens."""
+    ids = plan_ids(tok)
+    return None if ids is None else [ids.read(row.tolist()) for row in rows]

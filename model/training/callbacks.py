@@ -25,7 +25,7 @@ from model.inspection.attention_stats import (
     lesson_head_maps,
     lesson_qk_maps,
 )
-from model.inspection.evaluation import is_char_model, sample_and_measure, sample_requests
+from model.inspection.evaluation import is_char_model, is_plan_model, sample_and_measure, sample_requests
 from model.inspection.plots import attention_grid
 from model.inspection.poem_metrics import METRICS
 from model.sampling.poems import SamplingOptions, sample_poems
@@ -178,7 +178,8 @@ class PoemEvaluationLogger(L.Callback):
 
     corpus_path: the training corpus (held-out reference poems, training lines for `copy`);
     num_samples: poems per sample set; sets, forms: which sample sets
-    (`model.inspection.evaluation.sample_requests`; a BPE model gets `free` only); reference:
+    (`model.inspection.evaluation.sample_requests`; a BPE model gets no form, rhyme or meter
+    sets, a model without plan tokens no soft sets); reference:
     held-out human poems; the sampling options as in `sample.py`. Logs a table `eval/poems`
     (columns: set, then `model.inspection.poem_metrics.METRICS`; the first row the human
     reference), the free set's figures as scalars `eval/free/<metric>`, and `eval/seconds`,
@@ -186,7 +187,8 @@ class PoemEvaluationLogger(L.Callback):
     the model. Does nothing without a wandb logger. raises ValueError for unknown sets or forms.
     """
 
-    def __init__(self, corpus_path: str, num_samples: int = 16, sets: Sequence[str] = ("free", "form", "rhyme", "meter"),
+    def __init__(self, corpus_path: str, num_samples: int = 16,
+                 sets: Sequence[str] = ("free", "form", "rhyme", "meter", "soft"),
                  forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200,
                  max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 200, seed: int = 1337):
         sample_requests(sets, forms)  # raises for unknown names, before training
@@ -200,8 +202,8 @@ class PoemEvaluationLogger(L.Callback):
         if (logger := _wandb(trainer)) is None:
             return
         start = time.perf_counter()
-        requests = sample_requests(self.sets, self.forms, is_char_model(pl_module))
-        _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
+        requests = sample_requests(self.sets, self.forms, is_char_model(pl_module), is_plan_model(pl_module))
+        _, _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
         self.seconds = time.perf_counter() - start
         step = trainer.global_step
         logger.log_table(key="eval/poems", columns=["set", *METRICS],

@@ -9,6 +9,11 @@ logged at one validation is logged at `global_step` (the steps trained so far, t
 the checkpoint names and the attention images). The tokenizer travels in every checkpoint, so a
 checkpoint is enough to sample (`load_for_inference`; a tiktoken model also needs its
 encoding, from tiktoken's cache or the ranks file it was trained with).
+
+With plan tokens (`data/plan.py`, `data.plan_tokens=true`) their predictions count in
+`val/bpc`'s nats too, over the same poem characters, so it stays comparable with models
+without them; `val/bpc_text` is logged beside it: the nats of the predictions whose target
+is not a plan token ÷ the same characters ÷ ln 2.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ class LitGPT(L.LightningModule):
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
+        self.val_text_nats = SumMetric(nan_strategy="disable")  # nats of the non-plan predictions: `val/bpc_text`
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
@@ -117,13 +123,16 @@ class LitGPT(L.LightningModule):
         self._last_step_time = None  # validation time is not training throughput
 
     def validation_step(self, batch, batch_idx):
-        """Accumulates the batch's nats, scored tokens and poem characters (targets -1 are not scored)."""
+        """Accumulates the batch's nats (all, and those of non-plan targets), scored tokens and poem
+        characters (targets -1 are not scored)."""
         x, y = batch  # (B, T), (B, T)
-        _, loss = self.gpt(x, y)  # mean nats per scored token
+        _, nats = self.gpt(x, y, reduction="none")  # (B, T) nats per position, 0 where not scored
         scored = y != IGNORE  # (B, T)
-        self.val_nats.update(loss.detach() * scored.sum())
+        self.val_nats.update(nats.sum())
         self.val_tokens.update(scored.sum())
         self.val_chars.update(self.char_counts[y[scored]].sum())
+        if self.tokenizer.plan:
+            self.val_text_nats.update(nats[y < self.tokenizer.plan_start].sum())
 
     def on_validation_epoch_end(self) -> None:
         """Logs `val/loss` = total nats ÷ scored tokens and `val/bpc` = total nats ÷ poem
@@ -131,6 +140,9 @@ class LitGPT(L.LightningModule):
         global_step: Lightning then logs this validation's metrics at that step (by default it
         uses global_step − 1 here), the step the callbacks log their images at."""
         nats = self.val_nats.compute()
+        if self.tokenizer.plan:  # `val/bpc_text`: the nats of the non-plan predictions ÷ the same characters ÷ ln 2
+            self.log("val/bpc_text", self.val_text_nats.compute() / self.val_chars.compute() / math.log(2))
+            self.val_text_nats.reset()
         self.log("val/loss", nats / self.val_tokens.compute(), prog_bar=True)
         self.log("val/bpc", nats / self.val_chars.compute() / math.log(2), prog_bar=True)
         self.log("step", float(self.global_step), sync_dist=True)  # the same on every rank

@@ -1,0 +1,108 @@
+"""Plan tokens: a poem says its form and its rhyme before its first character.
+
+With `data.plan_tokens=true` every poem is framed as `<bos>`, a form token, a rhyme token,
+the poem, `<eos>`, so a model learns to choose a plan first and then write to it
+(`model.sampling.poems` samples the plan, or takes it as a prompt: soft control).
+
+- Form tokens (`FORM_LABELS`): `<五绝>` `<七绝>` `<五律>` `<七律>` `<其他>`, from the corpus's
+  `form` field (`data.poetry.form_of`; names `wujue`, `qijue`, `wulv`, `qilv`, `other`).
+- Rhyme tokens: one per 平水韵 level-tone group, labelled with the group's name (`<上平聲一東>` …
+  `<下平聲十五咸>`, the table order of `data.rhyme.level_tone_table`), and `<无韵>` (`NO_RHYME`).
+  A poem gets the group its even lines' last characters (at least two of them) all sit in
+  (`data.meter.shared_rhyme_groups`, the metric's test); if they share several (polyphonic
+  finals), the first in table order; if none, or if the poem has fewer than two even lines,
+  `<无韵>`.
+
+The tokens are extra ids after a tokenizer's vocabulary (`Tokenizer.plan`); they have no text,
+so `decode` drops them and `val/bpc` counts no character for them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Iterable
+
+from data.meter import poem_lines, shared_rhyme_groups
+from data.rhyme import level_tone_table
+
+if TYPE_CHECKING:
+    from data.tokenizer import Tokenizer
+
+FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
+"""Form name (`data.poetry.FORMS` and `other`) → its plan token's label."""
+NO_RHYME = "<无韵>"
+"""The rhyme token of a poem whose even lines share no level-tone group."""
+PLAN_SLOTS = 2
+"""Plan tokens per poem: the form's, then the rhyme's, right after `<bos>`."""
+
+
+def rhyme_label(group: str) -> str:
+    """The label of a level-tone group's rhyme token: `下平聲七陽` → `<下平聲七陽>`."""
+    return f"<{group}>"
+
+
+@lru_cache(maxsize=None)
+def plan_labels() -> tuple[str, ...]:
+    """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`."""
+    return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME)
+
+
+def poem_rhyme_groups(text: str, script: str) -> frozenset[str]:
+    """The level-tone groups all the even lines' last characters of a poem sit in (empty if
+    they share none or the poem has fewer than two even lines). raises ValueError for an
+    unknown script."""
+    finals = [line[-1] for line in poem_lines(text)[1::2] if line]
+    return shared_rhyme_groups(finals, script) if len(finals) >= 2 else frozenset()
+
+
+def rhyme_of(text: str, script: str) -> str | None:
+    """The group a poem's rhyme token names (the first of `poem_rhyme_groups` in table order),
+    or None for `<无韵>`. raises ValueError for an unknown script."""
+    groups = poem_rhyme_groups(text, script)
+    return next((g for g in level_tone_table() if g in groups), None)
+
+
+def poem_plan(text: str, form: str, script: str) -> tuple[str, str]:
+    """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`).
+    `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
+    (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
+    if form not in FORM_LABELS:
+        raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}")
+    group = rhyme_of(text, script)
+    return FORM_LABELS[form], NO_RHYME if group is None else rhyme_label(group)
+
+
+@dataclass(frozen=True)
+class PlanIds:
+    """Where a tokenizer's plan tokens sit: forms (form name → id), rhymes (group → id), none
+    (the id of `<无韵>`). Built by `plan_ids`."""
+    forms: dict[str, int]
+    rhymes: dict[str, int]
+    none: int
+
+    @property
+    def all(self) -> list[int]:
+        """Every plan id."""
+        return [*self.forms.values(), *self.rhymes.values(), self.none]
+
+    def read(self, ids: Iterable[int]) -> dict[str, str | None]:
+        """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
+        (the first form token and the first rhyme token; None where there is none, or `<无韵>`)."""
+        form_of_id = {i: f for f, i in self.forms.items()}
+        group_of_id = {i: g for g, i in self.rhymes.items()}
+        ids = [int(i) for i in ids]
+        return {"form": next((form_of_id[i] for i in ids if i in form_of_id), None),
+                "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None)}
+
+
+@lru_cache(maxsize=8)
+def plan_ids(tok: "Tokenizer") -> PlanIds | None:
+    """The `PlanIds` of a tokenizer (None if it has no plan tokens; built once per tokenizer).
+    raises ValueError if its plan tokens are not `plan_labels()`."""
+    if not tok.plan:
+        return None
+    if tok.plan != plan_labels():
+        raise ValueError("the tokenizer's plan tokens are not this version's (data.plan.plan_labels)")
+    index = {label: tok.plan_start + k for k, label in enumerate(tok.plan)}
+    return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
+                   {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME])
