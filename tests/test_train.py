@@ -15,6 +15,7 @@ import train as train_script
 from data.poetry import LINE_END, form_of
 from model.attention import BackendUnavailableError
 from model.inspection.attention_stats import STATISTICS
+from model.inspection.poem_metrics import METRICS
 from tests.conftest import ROOT, make_train_cfg, write_corpus
 from tests.wandb_records import history
 
@@ -43,7 +44,7 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     assert train_losses[-1] < train_losses[0] - 0.5
     bpc = [r["val/bpc"] for r in rows if "val/bpc" in r]
     assert bpc[-1] > val[-1] / 0.6932  # more bits per character than per token: <eos> costs nats, not characters
-    assert any("lr-AdamW/pg1" in r and "lr-AdamW/pg2" in r for r in rows)
+    assert any("lr-MuonAdamW/muon" in r and "lr-MuonAdamW/decay" in r and "lr-MuonAdamW/no_decay" in r for r in rows)
     assert any("train/tokens_per_sec" in r and r["train/tokens_per_sec"] > 0 for r in rows)
     assert metrics["val/loss"] == pytest.approx(val[-1], rel=1e-5)
 
@@ -254,20 +255,22 @@ def readme_metric_keys() -> list[str]:
 
 
 def key_pattern(key: str) -> str:
-    """A README key as a regular expression: <p>, <l>, <h> are numbers, <statistic> a statistic's name."""
+    """A README key as a regular expression: <p>, <l>, <h> are numbers, <statistic> a statistic's name,
+    <metric> one of the evaluation's figures."""
     pattern = re.escape(key).replace("<statistic>", "(" + "|".join(STATISTICS) + ")")
+    pattern = pattern.replace("<metric>", "(" + "|".join(METRICS) + ")")
     return re.sub("<[a-z]>", r"\\d+", pattern)
 
 
 def test_readme_lists_exactly_the_logged_keys(trained):
     """Every key the README's Metrics table names is logged, and every logged key is in it
-    (the README named `lr-AdamW`; the logged keys are `lr-AdamW/pg1` and `lr-AdamW/pg2`)."""
+    (the README once named `lr-AdamW`; the logged keys carry the parameter group's name)."""
     _, _, tmp_path = trained
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
     logged = {k for row in history(run) for k in row} - {"epoch", "trainer/global_step", "_step", "_runtime",
                                                           "_timestamp"}
     listed = readme_metric_keys()
-    assert "lr-AdamW/pg1" in listed and "lr-AdamW" not in listed
+    assert "lr-MuonAdamW/muon" in listed and "lr-AdamW" not in listed
     assert [k for k in listed if not any(re.fullmatch(key_pattern(k), got) for got in logged)] == []
     assert sorted(k for k in logged if not any(re.fullmatch(key_pattern(r), k) for r in listed)) == []
 

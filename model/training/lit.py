@@ -178,7 +178,9 @@ def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
 
     adamw: AdamW (lr, betas, weight_decay on matrices only, as nanoGPT). muon: `MuonAdamW`, Muon
     (muon_lr, muon_momentum, muon_weight_decay) for the weight matrices inside the blocks, AdamW
-    as above for embeddings, output layer and vectors. raises ValueError for another name.
+    as above for embeddings, output layer and vectors. The groups are named (`decay`, `no_decay`,
+    `muon`): the learning-rate monitor logs `lr-AdamW/decay`, `lr-MuonAdamW/muon`, ...
+    raises ValueError for another name.
     """
     name = o.get("name", "adamw")
     if name not in OPTIMIZERS:
@@ -188,10 +190,11 @@ def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
     ids = {id(p) for p in hidden}
     decay = [p for _, p in named if p.dim() >= 2 and id(p) not in ids]
     no_decay = [p for _, p in named if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"], "name": "decay"},
+              {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
-    muon = {"params": hidden, "use_muon": True, "lr": o["muon_lr"], "momentum": o.get("muon_momentum", 0.95),
+    muon = {"params": hidden, "use_muon": True, "name": "muon", "lr": o["muon_lr"], "momentum": o.get("muon_momentum", 0.95),
             "weight_decay": o.get("muon_weight_decay", 0.0)}
     return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
 
