@@ -33,6 +33,7 @@ import csv
 import json
 import math
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -158,9 +159,11 @@ def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None
             "tokens_per_sec": round(it * B * T / train_seconds), **score(lit)}
 
 
-def default_run(name: str, overrides: list[str]) -> dict:
-    """`python train.py` with `overrides`, as a subprocess: its wall-clock, steps and scores."""
-    run_name = f"bench-fixed-time-{name}"
+def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
+    """`python train.py` with `overrides`, as a subprocess: its wall-clock, steps and scores.
+    Its run folders are `bench-fixed-time-<name>` (`bench-fixed-time-quick-<name>` in --quick),
+    replaced by the next run of that name."""
+    run_name = f"bench-fixed-time-{'quick-' if quick else ''}{name}"
     for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
         shutil.rmtree(old, ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "train.py"), f"run_name={run_name}", *overrides]
@@ -168,12 +171,14 @@ def default_run(name: str, overrides: list[str]) -> dict:
     start = time.perf_counter()
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux; the largest child so far
     ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
     lit = load_for_inference(ckpt)
     steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
+            "peak_rss_mib": round(peak_mib),
             "checkpoint": str(ckpt.relative_to(ROOT)), **score(lit)}
 
 
@@ -192,11 +197,13 @@ def default_config(*overrides: str):
     return cfg
 
 
-def lightning_overhead(steps: int = 300) -> dict:
+def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
     """Median time between training steps of the default model: through train.py's Lightning run
     (progress bar and logging as configured, validation and callbacks off) and in a bare PyTorch
-    loop with the same model, batches, optimizer, schedule and clipping; the bare loop runs before
-    and after, to bracket any drift of the machine. Skips the first 20 steps of each."""
+    loop with the same model, batches, optimizer, schedule and clipping. The runs alternate, bare
+    first and last (`rounds` Lightning runs between `rounds + 1` bare ones), so a drift of the
+    machine reaches both; the overhead compares the medians over runs. Skips the first 20 steps
+    of each run."""
     import statistics
 
     import train as train_script
@@ -240,17 +247,25 @@ def lightning_overhead(steps: int = 300) -> dict:
         tokens = cfg.data.batch_size * cfg.model.block_size
         return statistics.median(tokens / float(r["train/tokens_per_sec"]) for r in rows)
 
-    before, through, after = bare(), lightning(), bare()
-    reference = (before + after) / 2
-    return {"steps": steps, "bare_ms": round(reference * 1e3, 2), "bare_before_ms": round(before * 1e3, 2),
-            "bare_after_ms": round(after * 1e3, 2), "lightning_ms": round(through * 1e3, 2),
+    bare_runs, lightning_runs = [bare()], []
+    for _ in range(rounds):  # interleaved, so a drift of the machine hits both alike
+        lightning_runs.append(lightning())
+        bare_runs.append(bare())
+    reference, through = statistics.median(bare_runs), statistics.median(lightning_runs)
+    return {"steps": steps, "bare_ms": round(reference * 1e3, 2), "bare_runs_ms": [round(t * 1e3, 2) for t in bare_runs],
+            "lightning_ms": round(through * 1e3, 2), "lightning_runs_ms": [round(t * 1e3, 2) for t in lightning_runs],
             "overhead": round(through / reference - 1, 4)}
 
 
-def check_reference() -> dict:
-    """The reference after nanoGPT's iteration counts, against nanoGPT's figures (within 0.03)."""
+def check_reference(iterations=None) -> dict:
+    """The reference after nanoGPT's iteration counts (all, or those in `iterations`), against
+    nanoGPT's figures (within 0.03). raises ValueError for a count nanoGPT published no figure for."""
+    if unknown := set(iterations or ()) - set(NANOGPT_FIGURES):
+        raise ValueError(f"no nanoGPT figure for {sorted(unknown)} iterations; choose from {sorted(NANOGPT_FIGURES)}")
     out = {}
     for iters, expected in NANOGPT_FIGURES.items():
+        if iterations and iters not in iterations:
+            continue
         print(f"reference, {iters} iterations (cosine over {iters})", flush=True)
         r = nanogpt_reference(max_iters=iters)
         got = r["blocks"]["val_loss"]
@@ -279,7 +294,8 @@ def main(argv=None) -> None:
     p.add_argument("--variant", action="append", default=None, metavar="NAME=OVERRIDES",
                    help="a default variant: a name and space-separated train.py overrides (repeatable)")
     p.add_argument("--no-reference", action="store_true", help="only the default variants")
-    p.add_argument("--check-reference", action="store_true", help="only the reference against nanoGPT's figures")
+    p.add_argument("--check-reference", nargs="*", type=int, default=None, metavar="ITERS",
+                   help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
                    help="only Lightning's overhead against a bare loop, over this many steps of the default model")
     args = p.parse_args(argv)
@@ -288,20 +304,22 @@ def main(argv=None) -> None:
     result = {"machine": machine()}
     if args.overhead:
         result["lightning_overhead"] = r = lightning_overhead(args.overhead)
-        print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (before {r['bare_before_ms']}, after "
-              f"{r['bare_after_ms']}), Lightning {r['lightning_ms']} ms/step: overhead {r['overhead']:+.1%}")
+        print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (runs {r['bare_runs_ms']}), Lightning "
+              f"{r['lightning_ms']} ms/step (runs {r['lightning_runs_ms']}): overhead {r['overhead']:+.1%}")
         (out_dir / "lightning-overhead-cpu.json").write_text(json.dumps(result, indent=2))
         return
-    if args.check_reference:
-        result["reference"] = check_reference()
-        (out_dir / "fixed-time-reference-cpu.json").write_text(json.dumps(result, indent=2))
+    if args.check_reference is not None:
+        path = out_dir / "fixed-time-reference-cpu.json"
+        previous = json.loads(path.read_text())["reference"] if path.exists() else {}
+        result["reference"] = {**previous, **check_reference(args.check_reference)}  # keeps counts not rerun
+        path.write_text(json.dumps(result, indent=2))
         return
     variants = [v.partition("=")[::2] for v in (args.variant or ["default="])]
     budget = [f"trainer.max_time=00:00:{args.seconds // 60:02d}:{args.seconds % 60:02d}",
               "trainer.max_steps=-1"] if args.quick else []
     rows = []
     for name, overrides in variants:
-        r = default_run(name, [*budget, *overrides.split()])
+        r = default_run(name, [*budget, *overrides.split()], quick=args.quick)
         rows.append((f"default: {name}" if name != "default" else "default", r))
     if not args.no_reference:
         wall = rows[0][1]["wall_seconds"]

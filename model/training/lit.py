@@ -1,4 +1,5 @@
-"""The LightningModule: training and validation steps, AdamW with warmup + cosine, metrics.
+"""The LightningModule: training and validation steps, the optimizer (AdamW, or Muon + AdamW)
+with warm-up and cosine (by step or by time budget), metrics.
 
 Logged: `train/loss` (nats per token), `train/tokens_per_sec`, `val/loss` (mean nats per
 predicted token over the whole held-out set), `val/bpc` (bits per character: total nats of
