@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from data.plan import plan_labels, poem_plan
 from data.script import SCRIPTS, corpus_to_script
@@ -307,13 +308,15 @@ class PoetryDataModule(L.LightningDataModule):
         """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`, in an order drawn
         from `seed`. Resumable: torchdata's `StatefulDataLoader` has a `state_dict` (the sampler's
         generator and how many batches it has served), which Lightning saves in every checkpoint
-        and loads on resume, so a resumed run gets the batches an uninterrupted run gets. The
-        state is kept per worker process: a run resumes with the same `num_workers` (train.py
-        checks), and the order with `num_workers=0` differs from the order with workers."""
+        and loads on resume, so a resumed run gets the batches an uninterrupted run gets, in
+        this epoch and every later one. The sampler has a generator of its own: the loader's
+        generator also draws each iterator's worker seed, and shared it would leave a resumed
+        run's later epochs in another order. A run resumes with the same `num_workers`
+        (train.py checks)."""
+        sampler = RandomSampler(self.train_set, generator=torch.Generator().manual_seed(self.seed))
         with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated, in every loader
             warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
-            return StatefulDataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                                      generator=torch.Generator().manual_seed(self.seed),
+            return StatefulDataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:

@@ -149,3 +149,33 @@ def test_vocabularies_over_65536_ids_get_uint32_arrays(tmp_path):
     val = dm.tokens("val")
     assert val.dtype == np.uint32 and val.max() == 66_001
     assert dm.tokenizer.decode(val[-1001:].tolist()) == poems[-1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_resumed_loader_serves_the_uninterrupted_batches_in_later_epochs_too(tiny_corpus, tmp_path, num_workers):
+    """Stopped inside the first epoch and inside the second, a new loader that loads the saved
+    state serves, through the epochs after it, exactly the batches of one never stopped."""
+    dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=8, batch_size=4, num_workers=num_workers)
+    dm.prepare_data()
+    dm.setup("fit")
+    per_epoch = len(dm.train_dataloader())
+    assert per_epoch >= 3
+
+    def epochs(loader, n):
+        return [x.tolist() for _ in range(n) for x, _ in loader]
+
+    uninterrupted = epochs(dm.train_dataloader(), 3)
+    assert uninterrupted[:per_epoch] != uninterrupted[per_epoch:2 * per_epoch]  # each epoch its own order
+    for stop in (1, per_epoch + 1):
+        loader, served, state = dm.train_dataloader(), [], None
+        while state is None:
+            for x, _ in loader:
+                served.append(x.tolist())
+                if len(served) == stop:
+                    state = loader.state_dict()
+                    break
+        resumed = dm.train_dataloader()
+        resumed.load_state_dict(state)
+        while len(served) < len(uninterrupted):
+            served += epochs(resumed, 1)
+        assert served == uninterrupted, f"stopped after batch {stop}"

@@ -373,3 +373,38 @@ def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
     evaluate_script.main.__wrapped__(ecfg)  # the printed table
     out = capsys.readouterr().out
     assert "human (held-out)" in out and "wulv+meter" in out and f"val/bpc {metrics['val/bpc']:.4f}" in out
+
+
+class BudgetProbe:
+    """A callback (added through Hydra) that keeps, at the end of training, the Timer's
+    training time and each parameter group's learning rate and peak."""
+    seen: dict = {}
+
+    def __new__(cls):
+        import lightning as L
+        from lightning.pytorch.callbacks import Timer
+
+        class Probe(L.Callback):
+            def on_train_end(self, trainer, pl_module):
+                (timer,) = [c for c in trainer.callbacks if isinstance(c, Timer)]
+                cls.seen.update(elapsed=timer.time_elapsed("train"), steps=trainer.global_step,
+                                lrs=[(g["lr"], g["initial_lr"]) for g in trainer.optimizers[0].param_groups])
+        return Probe()
+
+
+def test_budget_mode_ends_within_5_percent_of_its_budget_at_the_schedule_floor(train_cfg):
+    cfg = train_cfg("trainer.max_time=00:00:00:08", "trainer.max_steps=-1", "trainer.limit_val_batches=0",
+                    "logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
+                    "~callbacks.model_checkpoint",  # the tiny corpus's epochs last a few steps: no save at each
+                    "+callbacks.budget_probe._target_=tests.test_train.BudgetProbe")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's step stays a few ms also on a busy machine (no thread barriers)
+    try:
+        train_script.train(cfg)
+    finally:
+        torch.set_num_threads(threads)
+    seen = BudgetProbe.seen
+    assert seen["steps"] > 20, seen  # it trained by time, not by a step count
+    assert 8.0 <= seen["elapsed"] <= 8.0 * 1.05
+    ratio = cfg.model.optim.min_lr_ratio
+    assert all(lr == pytest.approx(peak * ratio, rel=1e-6) for lr, peak in seen["lrs"])  # annealed at the end

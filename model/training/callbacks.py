@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from model.inspection.attention_stats import (
     STATISTICS,
@@ -203,8 +203,11 @@ class PoemEvaluationLogger(L.Callback):
             return
         start = time.perf_counter()
         requests = sample_requests(self.sets, self.forms, is_char_model(pl_module), is_plan_model(pl_module))
+        rank_zero_info(f"evaluating the model's poems: {self.options.num_samples} per set, {len(requests)} sets "
+                       f"(callbacks.evaluation; '~callbacks.evaluation' turns it off)")
         _, _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
         self.seconds = time.perf_counter() - start
+        rank_zero_info(f"evaluated in {self.seconds:.1f} s (eval/poems, eval/seconds)")
         step = trainer.global_step
         logger.log_table(key="eval/poems", columns=["set", *METRICS],
                          data=[[name, *(row[m] for m in METRICS)] for name, row in rows.items()], step=step)
