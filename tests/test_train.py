@@ -6,8 +6,10 @@ import re
 import subprocess
 import sys
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import Timer
 from omegaconf import OmegaConf
 
 import sample as sample_script
@@ -375,21 +377,15 @@ def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
     assert "human (held-out)" in out and "wulv+meter" in out and f"val/bpc {metrics['val/bpc']:.4f}" in out
 
 
-class BudgetProbe:
+class BudgetProbe(L.Callback):
     """A callback (added through Hydra) that keeps, at the end of training, the Timer's
     training time and each parameter group's learning rate and peak."""
     seen: dict = {}
 
-    def __new__(cls):
-        import lightning as L
-        from lightning.pytorch.callbacks import Timer
-
-        class Probe(L.Callback):
-            def on_train_end(self, trainer, pl_module):
-                (timer,) = [c for c in trainer.callbacks if isinstance(c, Timer)]
-                cls.seen.update(elapsed=timer.time_elapsed("train"), steps=trainer.global_step,
-                                lrs=[(g["lr"], g["initial_lr"]) for g in trainer.optimizers[0].param_groups])
-        return Probe()
+    def on_train_end(self, trainer, pl_module):
+        (timer,) = [c for c in trainer.callbacks if isinstance(c, Timer)]
+        self.seen.update(elapsed=timer.time_elapsed("train"), steps=trainer.global_step,
+                         lrs=[(g["lr"], g["initial_lr"]) for g in trainer.optimizers[0].param_groups])
 
 
 def test_budget_mode_ends_within_5_percent_of_its_budget_at_the_schedule_floor(train_cfg):
