@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.datamodule import heldout_poems  # noqa: E402
+from data.corpus_io import heldout_poems  # noqa: E402
 from model.attention import check_backend  # noqa: E402
 from model.inspection.attention_stats import (  # noqa: E402
     STATISTICS,

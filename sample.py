@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.poetry import LINE_END  # noqa: E402
+from data.verse.poetry import LINE_END  # noqa: E402
 from data.tokenizer import StreamDecoder  # noqa: E402
 from model.attention import check_backend  # noqa: E402
 from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402

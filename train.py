@@ -88,9 +88,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.prepare_data()
     tokenizer = datamodule.tokenizer
     if ckpt_path:
-        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
+        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.verse.script, ckpt_path)
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
-                   tokenizer=tokenizer.state_dict(), script=cfg.data.script)
+                   tokenizer=tokenizer.state_dict(), script=cfg.data.verse.script)
     if cfg.compile:
         compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.poetry import LINE_END  # noqa: E402
+from data.verse.poetry import LINE_END  # noqa: E402
 from data.tokenizer import CharTokenizer  # noqa: E402
 from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402

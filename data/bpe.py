@@ -20,8 +20,8 @@ import rootutils
 
 ROOT = rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.datamodule import load_corpus  # noqa: E402
-from data.script import SCRIPTS, corpus_to_script  # noqa: E402
+from data.corpus_io import load_corpus  # noqa: E402
+from data.verse.script import SCRIPTS, corpus_to_script  # noqa: E402
 from data.tokenizer import ranks_file_pattern  # noqa: E402
 
 

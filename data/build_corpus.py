@@ -5,7 +5,7 @@
     python data/build_corpus.py path/to/chinese-poetry          # a checkout (folder 全唐诗)
 
 Reads `poet.tang.*.json` (traditional script), applies the cleaning rules of
-`data/poetry.py` and the file-level ones below, tags each poem's form, assigns the seeded
+`data/verse/poetry.py` and the file-level ones below, tags each poem's form, assigns the seeded
 5 % validation split by poem, and writes `data/corpus/tang.jsonl.xz` (one poem a line:
 id, title, author, form, split, text) and `data/corpus/stats.json`. The text stays in
 traditional script; the data module converts it with OpenCC when it prepares tokens.
@@ -26,7 +26,7 @@ from typing import Iterator
 
 if __package__ in (None, ""):  # run as a script: make `data` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.poetry import clean_poem, form_of
+from data.verse.poetry import clean_poem, form_of
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 FIRST_SUPPLEMENT_FILE = 50000  # poet.tang.50000.json and later: supplements, mostly notes

@@ -5,14 +5,13 @@ settings change): read `tang.jsonl.xz`, convert to the configured script with Op
 build the vocabulary (characters, or the corpus's tokens of a tiktoken encoding), and write
 `train.bin` / `val.bin` (ids as uint16, or uint32 for vocabularies over 65,536; each poem
 framed as `<bos> text <eos>`, or with `plan_tokens` as `<bos> <form> <rhyme> text <eos>`
-(`data/plan.py`), poems in corpus order) plus `tokenizer.json` and `meta.json`.
+(`data/verse/plan.py`), poems in corpus order) plus `tokenizer.json` and `meta.json`.
 Training and validation read those files memory-mapped.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import lzma
 import os
 import shutil
 import tempfile
@@ -20,7 +19,6 @@ import warnings
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import lightning as L
 import numpy as np
@@ -29,51 +27,13 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-from data.plan import plan_labels, poem_plan
-from data.script import SCRIPTS, corpus_to_script
+from data.corpus_io import load_corpus
+from data.verse.plan import plan_labels, poem_plan
+from data.verse.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
 CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")
-
-
-def iter_corpus(path: str | Path) -> Iterator[dict]:
-    """The poems of a corpus file written by `data/build_corpus.py` (one JSON object a line),
-    read lazily in file order, so a caller that needs a few stops early.
-
-    raises FileNotFoundError with the command that rebuilds it if `path` is missing.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"corpus file {path} not found. It ships with the repository (git LFS is not used); "
-            "restore it with `git checkout -- data/corpus` or rebuild it with "
-            "`python data/build_corpus.py chinese-poetry-2.0.1.tgz` (from `npm pack chinese-poetry@2.0.1`)."
-        )
-    with lzma.open(path, "rt", encoding="utf-8") as f:
-        yield from map(json.loads, f)
-
-
-def load_corpus(path: str | Path) -> list[dict]:
-    """All poems of a corpus file (see `iter_corpus`). raises FileNotFoundError if `path` is missing."""
-    return list(iter_corpus(path))
-
-
-def heldout_poems(path: str | Path, script: str, n: int, forms: Iterable[str], max_chars: int) -> list[str]:
-    """The first `n` validation-split poems of the given forms (`data.poetry.FORMS` names)
-    with at most `max_chars` characters, in corpus order, converted to `script`.
-
-    The same poems the data module holds out (its `val.bin`), read straight from the corpus.
-    Fewer than `n` come back if the corpus has fewer. raises FileNotFoundError if `path` is missing.
-    """
-    forms = set(forms)
-    texts = []
-    for poem in iter_corpus(path):
-        if len(texts) == n:
-            break
-        if poem["split"] == "val" and poem["form"] in forms and len(poem["text"]) <= max_chars:
-            texts.append(poem["text"])
-    return corpus_to_script(texts, script)
 
 
 TRAIN_WINDOWS = ("poems", "random")
@@ -181,7 +141,7 @@ class PoetryDataModule(L.LightningDataModule):
     scored from its `<bos>`) | 'blocks' (non-overlapping windows of the array, nanoGPT's).
     Both validations score every held-out character once, so `val/bpc` counts the same text.
     seed: of the training order (the run's).
-    plan_tokens: frame every poem as `<bos> <form> <rhyme> text <eos>` (`data/plan.py`); the
+    plan_tokens: frame every poem as `<bos> <form> <rhyme> text <eos>` (`data/verse/plan.py`); the
     tokenizer then carries the plan tokens.
     raises ValueError for an unknown script, tokenizer kind or windows.
     """
@@ -197,7 +157,7 @@ class PoetryDataModule(L.LightningDataModule):
             raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
         self.train_windows, self.val_windows = train_windows, val_windows
         if script not in SCRIPTS:
-            raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
+            raise ValueError(f"data.verse.script={script!r} is not one of {sorted(SCRIPTS)}")
         self.tokenizer_cfg = dict(tokenizer or {"kind": "char"})
         if self.tokenizer_cfg.get("kind") not in TOKENIZER_KINDS:
             raise ValueError(f"tokenizer.kind={self.tokenizer_cfg.get('kind')!r} is not one of {TOKENIZER_KINDS}")

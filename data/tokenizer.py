@@ -1,7 +1,7 @@
 """Tokenizers: characters (the default) or a tiktoken BPE encoding, plus start and end of poem.
 
 Both give ids `0` = `<bos>`, `1` = `<eos>`, then the vocabulary, then any plan tokens
-(`plan`: labels such as `<七律>`, `<下平聲七陽>`, from `data/plan.py`; no text, never produced
+(`plan`: labels such as `<七律>`, `<下平聲七陽>`, from `data/verse/plan.py`; no text, never produced
 by `encode`), and share one interface: `encode`, `decode`, `token_bytes`, `char_counts`,
 `vocab_size`, `known_characters`, `state_dict` (it travels inside every checkpoint;
 `tokenizer_from_state` rebuilds either kind from it; a state without "plan" has none).
@@ -90,7 +90,7 @@ class Tokenizer(ABC):
 
     bos_id, eos_id = 0, 1
     plan: tuple[str, ...] = ()
-    """Labels of the plan tokens (`data.plan.plan_labels`), in id order after the text vocabulary."""
+    """Labels of the plan tokens (`data.verse.plan.plan_labels`), in id order after the text vocabulary."""
 
     @property
     @abstractmethod

@@ -25,7 +25,7 @@ POEMS = [  # traditional script, as in the shipped corpus
 def write_corpus(path: Path, texts: list[str] = POEMS, copies: int = 20) -> Path:
     """A corpus file in the shipped format: `copies` copies of `texts`, every fifth copy held out,
     each tagged with its form (`form_of`, as `data/build_corpus.py` does)."""
-    from data.poetry import form_of
+    from data.verse.poetry import form_of
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with lzma.open(path, "wt", encoding="utf-8") as f:
@@ -92,6 +92,6 @@ def train_cfg(tmp_path: Path, tiny_corpus: Path, monkeypatch):
 @pytest.fixture(scope="session")
 def corpus_texts() -> list[str]:
     """The shipped corpus's poems (traditional script), for tests whose point is the real data."""
-    from data.datamodule import load_corpus
+    from data.corpus_io import load_corpus
 
     return [p["text"] for p in load_corpus(ROOT / "data" / "corpus" / "tang.jsonl.xz")]

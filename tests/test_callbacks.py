@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from data.script import corpus_to_script
+from data.verse.script import corpus_to_script
 from data.tokenizer import CharTokenizer
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.callbacks import AttentionMapLogger, SampleLogger

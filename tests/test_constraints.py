@@ -4,10 +4,10 @@ from collections import Counter
 import pytest
 import torch
 
-from data.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
-from data.poetry import FORMS, form_of, split_lines
-from data.rhyme import rhyme_groups
-from data.script import corpus_to_script
+from data.verse.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
+from data.verse.poetry import FORMS, form_of, split_lines
+from data.verse.rhyme import rhyme_groups
+from data.verse.script import corpus_to_script
 from data.tokenizer import CharTokenizer, UnknownCharactersError
 from model.sampling.constraints import PoemConstraint
 from model.training.lit import LitGPT

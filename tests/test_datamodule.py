@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from data.datamodule import IGNORE, PoemWindows, PoetryDataModule, Windows, load_corpus, train_starts
-from data.script import corpus_to_script, prompt_to_script
+from data.corpus_io import load_corpus
+from data.datamodule import IGNORE, PoemWindows, PoetryDataModule, Windows, train_starts
+from data.verse.script import corpus_to_script, prompt_to_script
 from tests.conftest import POEMS, write_corpus
 
 

@@ -4,9 +4,9 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import evaluate as evaluate_script
-from data.meter import matching_patterns, poem_lines
-from data.poetry import form_of
-from data.script import corpus_to_script
+from data.verse.meter import matching_patterns, poem_lines
+from data.verse.poetry import form_of
+from data.verse.script import corpus_to_script
 from data.tokenizer import CharTokenizer
 from model.inspection.evaluation import REFERENCE, evaluation_rows, reference_poems, sample_requests, sample_sets
 from model.sampling.poems import SamplingOptions

@@ -1,7 +1,7 @@
-"""近体诗 rules (data/meter.py): tones from the 平水韵 table, the standard patterns, 黏, 对."""
+"""近体诗 rules (data/verse/meter.py): tones from the 平水韵 table, the standard patterns, 黏, 对."""
 import pytest
 
-from data.meter import (
+from data.verse.meter import (
     LEVEL,
     OBLIQUE,
     alternates,

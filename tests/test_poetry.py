@@ -1,6 +1,6 @@
 import pytest
 
-from data.poetry import bad_characters, clean_poem, form_of, line_length, split_lines, strip_notes
+from data.verse.poetry import bad_characters, clean_poem, form_of, line_length, split_lines, strip_notes
 
 
 @pytest.mark.parametrize("raw, clean", [

@@ -4,9 +4,9 @@ import csv
 import pytest
 import torch
 
-from data.rhyme import (MERGE_FIELDS, MERGES_PATH, is_level_tone, level_tone_table, merged_cases, readings,
+from data.verse.rhyme import (MERGE_FIELDS, MERGES_PATH, is_level_tone, level_tone_table, merged_cases, readings,
                         rhyme_groups, rhyme_table, script_chars, written_as)
-from data.script import SCRIPTS, corpus_to_script
+from data.verse.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.lit import LitGPT
@@ -47,7 +47,7 @@ def test_rhyme_refuses_an_oblique_character_that_only_a_merge_made_level(script)
 
 
 def test_every_merged_case_is_listed_with_its_decision(corpus_texts):
-    """rhyme_merges.tsv is what the table, OpenCC and the corpus give (`python -m data.rhyme`)."""
+    """rhyme_merges.tsv is what the table, OpenCC and the corpus give (`python -m data.build_merges`)."""
     with MERGES_PATH.open(encoding="utf-8", newline="") as f:
         listed = list(csv.DictReader(f, delimiter="\t"))
     expected = [{k: str(v) for k, v in row.items()} for script in SCRIPTS

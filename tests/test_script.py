@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from data.bpe import learn_ranks, write_ranks
-from data.poetry import split_lines
-from data.script import corpus_to_script, not_in_script, prompt_to_script
+from data.verse.poetry import split_lines
+from data.verse.script import corpus_to_script, not_in_script, prompt_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from model.training.lit import LitGPT
 from tests.conftest import POEMS

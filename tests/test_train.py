@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 import sample as sample_script
 import train as train_script
-from data.poetry import LINE_END, form_of
+from data.verse.poetry import LINE_END, form_of
 from model.attention import BackendUnavailableError
 from model.inspection.attention_stats import STATISTICS
 from model.inspection.poem_metrics import METRICS
@@ -174,8 +174,8 @@ def test_flash_with_dropout_on_cpu_stops_before_any_work(train_cfg, tmp_path):
 
 def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
     ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
-    cfg = train_cfg("data.script=traditional", "logger=none", f"ckpt_path={ckpt}")
-    with pytest.raises(ValueError, match="data.script: checkpoint simplified, asked traditional .*another vocabulary"):
+    cfg = train_cfg("data.verse.script=traditional", "logger=none", f"ckpt_path={ckpt}")
+    with pytest.raises(ValueError, match="data.verse.script: checkpoint simplified, asked traditional .*another vocabulary"):
         train_script.train(cfg)
 
 

@@ -20,7 +20,7 @@ characters). Every statistic is a mean over the rows i ≥ 1 where it is defined
 
 The masses overlap (row 1's previous token is the first token; a line's first character's
 previous token is a mark). "Same position in the previous line": position p of line n
-looks at position p of line n−1, where lines end at a mark of `data.poetry.LINE_END`
+looks at position p of line n−1, where lines end at a mark of `data.verse.poetry.LINE_END`
 (the mark itself is a line's last position). In regulated verse the lines of a couplet
 are parallel (对仗) position by position. A causal model predicts at row i the token i + 1,
 so the head that serves the pairing looks at the character aligned with i + 1 — one after
@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from data.poetry import LINE_END
+from data.verse.poetry import LINE_END
 from model.attention import causal_attention_weights
 
 STATISTICS = ("entropy", "max_weight", "self", "prev_token", "first_token", "punctuation", "prev_line_same_pos",

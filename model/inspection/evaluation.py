@@ -20,8 +20,9 @@ from typing import Iterable
 import lightning as L
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
-from data.datamodule import PoetryDataModule, heldout_poems
-from data.poetry import FORMS
+from data.corpus_io import heldout_poems
+from data.datamodule import PoetryDataModule
+from data.verse.poetry import FORMS
 from data.tokenizer import CharTokenizer
 from model.inspection.poem_metrics import FORM_NAMES, poem_metrics, training_lines
 from model.sampling.poems import SamplingOptions, read_plans, sample_ids

@@ -2,12 +2,12 @@
 
 Poems are plain text (marks included, no `<bos>`/`<eos>`) in the model's script. Rates are
 fractions in [0, 1] over the poems, lines or line pairs named below, None where the
-denominator is empty. The tone checks are `data/meter.py`'s (平水韵, a polyphonic character
+denominator is empty. The tone checks are `data/verse/meter.py`'s (平水韵, a polyphonic character
 fits either tone, one outside the table fits none).
 
 | name | what | over |
 |---|---|---|
-| `regulated` | 4 or 8 lines of 5 or 7 characters (`data.poetry.form_of`) | poems |
+| `regulated` | 4 or 8 lines of 5 or 7 characters (`data.verse.poetry.form_of`) | poems |
 | `wujue` … `other` | the form mix | poems |
 | `level_finals` | the even lines' last characters all have a level tone | regulated poems |
 | `rhyme` | … and share one 平水韵 level-tone group | regulated poems with level finals |
@@ -15,24 +15,24 @@ fits either tone, one outside the table fits none).
 | `alternation` | 2nd, 4th (6th) characters alternate 平/仄 (二四六分明) | lines of regulated poems |
 | `nian` | 黏: a couplet's first line keeps the tones of the line before at 2nd, 4th (6th) | line pairs across couplets |
 | `dui` | 对: a couplet's lines oppose at 2nd, 4th (6th) | couplets of regulated poems |
-| `meter` | every character fits one of the form's standard patterns (`data.meter.patterns`) | regulated poems |
+| `meter` | every character fits one of the form's standard patterns (`data.verse.meter.patterns`) | regulated poems |
 | `meter_relaxed` | the same with 1st, 3rd (5th) characters free (一三五不论) | regulated poems |
 | `copy` | the line, marks stripped, occurs verbatim in a training poem | lines |
 | `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
-| `plan_form` | the poem has the form its plan tokens name (`data/plan.py`) | poems with a plan |
-| `plan_rhyme` | the poem's even lines rhyme in the group its plan names (`data.plan.poem_rhyme_groups`), or in none for `<无韵>` | poems with a plan |
+| `plan_form` | the poem has the form its plan tokens name (`data/verse/plan.py`) | poems with a plan |
+| `plan_rhyme` | the poem's even lines rhyme in the group its plan names (`data.verse.plan.poem_rhyme_groups`), or in none for `<无韵>` | poems with a plan |
 """
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
 
-from data.datamodule import iter_corpus
-from data.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
-from data.plan import poem_rhyme_groups
-from data.poetry import FORMS, form_of
-from data.rhyme import rhyme_groups
-from data.script import corpus_to_script
+from data.corpus_io import iter_corpus
+from data.verse.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
+from data.verse.plan import poem_rhyme_groups
+from data.verse.poetry import FORMS, form_of
+from data.verse.rhyme import rhyme_groups
+from data.verse.script import corpus_to_script
 
 FORM_NAMES = (*FORMS, "other")
 PLAN_METRICS = ("plan_form", "plan_rhyme")

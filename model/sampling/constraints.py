@@ -10,13 +10,13 @@ logits of every token that would break the requested shape, so 100% of the poems
   not repeat (the first rhyme picks the group, among those with a character in the
   vocabulary for every even line; a prompt's rhyme fixes it);
 - `meter` (with `form`; implies `rhyme`): every character's tone (平/仄) follows one of the
-  form's four standard 近体诗 patterns (`data.meter.patterns`: 平起/仄起, first line rhymed or
+  form's four standard 近体诗 patterns (`data.verse.meter.patterns`: 平起/仄起, first line rhymed or
   not; 黏 and 对 follow), the poem settling on a pattern as it goes. A polyphonic character
   fits either tone; a character outside the tone table never stands in such a poem. A first
   line that ends level rhymes with the even lines.
 A line's characters are CJK ideographs (Unicode category Lo); punctuation only closes lines.
 
-With a tokenizer that has plan tokens (`data/plan.py`), the plan slots after `<bos>` are left
+With a tokenizer that has plan tokens (`data/verse/plan.py`), the plan slots after `<bos>` are left
 to the plan (`model.sampling.decoding.PlanGrammar` says which plan token goes where; with
 `rhyme`, only rhyme tokens of groups the constraint can rhyme in); the poem's rules start
 after them, and a rhyme token in the sequence (drawn or given) fixes the rhyme group.
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from data.meter import LEVEL, OBLIQUE, patterns, tones
-from data.plan import PLAN_SLOTS, plan_ids
-from data.poetry import FORMS, is_hanzi
-from data.rhyme import rhyme_groups
+from data.verse.meter import LEVEL, OBLIQUE, patterns, tones
+from data.verse.plan import PLAN_SLOTS, plan_ids
+from data.verse.poetry import FORMS, is_hanzi
+from data.verse.rhyme import rhyme_groups
 from data.tokenizer import CharTokenizer
 
 FREE_LENGTHS = (5, 7)

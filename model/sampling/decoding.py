@@ -126,7 +126,7 @@ class PoemBoundaries:
 
 
 class PlanGrammar:
-    """Where plan tokens (`data/plan.py`) may stand: right after `<bos>` only a form token, right
+    """Where plan tokens (`data/verse/plan.py`) may stand: right after `<bos>` only a form token, right
     after a form token only a rhyme token, and no plan token anywhere else. So a poem sampled
     from `<bos>` draws its plan first, and a poem never shows a plan token later.
 

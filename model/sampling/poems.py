@@ -5,7 +5,7 @@ The one sampling path: `sample.py` (conf/sample.yaml's options), the `samples` t
 through `stream_poems` / `sample_poems`, so every poem keeps the same rules
 (`PoemBoundaries`, `PlanGrammar` for a model with plan tokens, and the controls asked for).
 
-A model trained with plan tokens (`data.plan_tokens=true`, `data/plan.py`) writes `<bos>`, a
+A model trained with plan tokens (`data.plan_tokens=true`, `data/verse/plan.py`) writes `<bos>`, a
 form token, a rhyme token, then the poem. Sampled from `<bos>`, it draws its plan first (a
 prompt's text follows the drawn plan). `control` says how `form` and `rhyme` are asked for:
 `soft` puts them in the plan (`form` becomes the form token of the prompt, `rhyme` restricts
@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from data.plan import PLAN_SLOTS, plan_ids
-from data.poetry import FORMS, LINE_END, is_hanzi
+from data.verse.plan import PLAN_SLOTS, plan_ids
+from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from data.tokenizer import Tokenizer
 from model.sampling.constraints import PoemConstraint
 from model.training.lit import LitGPT
@@ -172,6 +172,6 @@ def sample_poems(lit: LitGPT, opts: SamplingOptions) -> list[str]:
 
 def read_plans(tok: Tokenizer, rows: torch.Tensor) -> list[dict[str, str | None]] | None:
     """The plan of each sampled row, (B, T) int64 → [{"form": name, "rhyme": group or None}, …]
-    (`data.plan.PlanIds.read`); None for a model without plan tokens."""
+    (`data.verse.plan.PlanIds.read`); None for a model without plan tokens."""
     ids = plan_ids(tok)
     return None if ids is None else [ids.read(row.tolist()) for row in rows]

@@ -11,7 +11,7 @@ the checkpoint names and the attention images). The tokenizer travels in every c
 checkpoint is enough to sample (`load_for_inference`; a tiktoken model also needs its
 encoding, from tiktoken's cache or the ranks file it was trained with).
 
-With plan tokens (`data/plan.py`, `data.plan_tokens=true`) their predictions count in
+With plan tokens (`data/verse/plan.py`, `data.plan_tokens=true`) their predictions count in
 `val/bpc`'s nats too, over the same poem characters, so it stays comparable with models
 without them; `val/bpc_text` is logged beside it: the nats of the predictions whose target
 is not a plan token ÷ the same characters ÷ ln 2.
@@ -28,7 +28,7 @@ import torch
 from torchmetrics import SumMetric
 
 from data.datamodule import IGNORE
-from data.script import prompt_to_script, variants
+from data.verse.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 from model.training.muon import MuonAdamW
@@ -68,7 +68,7 @@ class LitGPT(L.LightningModule):
     def to_model_text(self, text: str, option: str = "text") -> str:
         """A user's text (either script) → the model's script; every text entering the product
         passes here. Checks the code points (`data.tokenizer.check_code_points`), converts only
-        what is not already in the model's script (`data.script.prompt_to_script`, with the
+        what is not already in the model's script (`data.verse.script.prompt_to_script`, with the
         characters the model was trained on), and checks the vocabulary.
 
         option: the text's name in messages (`prompt`, `acrostic`, ...). raises

@@ -1,7 +1,7 @@
 """近体诗 (regulated verse) rules: the 平仄 of a character, the standard tone patterns of the
 four forms, 黏 and 对. Written once, shared by the metrics and the `meter=true` constraint.
 
-Tones come from the same 平水韵 table as the rhyme (`data/rhyme.py`): a character has the
+Tones come from the same 平水韵 table as the rhyme (`data/verse/rhyme.py`): a character has the
 level tone 平 if it sits in a level-tone (平声) group, the oblique tone 仄 if it sits in an
 oblique (上声, 去声, 入声) group, both if both (看, 思, 望: polyphonic, it fits either), none if
 the table lacks it (1.0 % of the simplified corpus's characters, mostly variant glyphs such
@@ -27,8 +27,8 @@ from functools import lru_cache
 from itertools import product
 from typing import Iterable
 
-from data.poetry import FORMS, LINE_END, split_lines
-from data.rhyme import is_level_tone, readings, rhyme_groups
+from data.verse.poetry import FORMS, LINE_END, split_lines
+from data.verse.rhyme import is_level_tone, readings, rhyme_groups
 
 LEVEL, OBLIQUE = "平", "仄"
 TONES = frozenset({LEVEL, OBLIQUE})
@@ -38,7 +38,7 @@ _OPPOSITE = {LEVEL: OBLIQUE, OBLIQUE: LEVEL}
 
 def tones(chars: Iterable[str], script: str) -> dict[str, frozenset[str]]:
     """Each character of `chars` → its tones: {平}, {仄}, {平, 仄} (polyphonic) or {} (not in
-    the table), in `script`'s glyphs, from the groups of its own readings (`data.rhyme.readings`,
+    the table), in `script`'s glyphs, from the groups of its own readings (`data.verse.rhyme.readings`,
     the table the sampler rhymes with). raises ValueError for an unknown script."""
     index = readings(script)
     return {c: frozenset(LEVEL if is_level_tone(g) else OBLIQUE for g in index.get(c, ())) for c in dict.fromkeys(chars)}

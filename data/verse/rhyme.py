@@ -19,7 +19,7 @@ case (闇 → 暗, 聽 → 听, …) keeps the table character's reading for the
 otherwise the glyph keeps its own readings only (暗: 140 times for 闇, 1,549 for itself, so 暗
 stays 去聲, not 下平聲十三覃).
 Every merged case and its decision is listed in `rhyme_merges.tsv` (written by
-`python -m data.rhyme` from the table, OpenCC and the shipped corpus; tests check it).
+`python -m data.build_merges` from the table, OpenCC and the shipped corpus; tests check it).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from data.script import SCRIPTS, reference_to_script
+from data.verse.script import SCRIPTS, corpus_to_script, reference_to_script
 
 CORRECTIONS = {"下平聲一先": "先"}
 """Characters missing from the package's level-tone groups: group → characters to add."""
@@ -161,25 +161,5 @@ def written_as(texts: Iterable[str], script: str) -> Counter:
     """(corpus character, the character it is in `script`) → positions, over traditional
     corpus `texts` converted as the data module converts them (`corpus_to_script`, one
     character for one): how often the model's text writes each character for each source."""
-    from data.script import corpus_to_script
-
     texts = list(texts)
     return Counter(pair for t, s in zip(texts, corpus_to_script(texts, script)) for pair in zip(t, s, strict=True))
-
-
-def write_merges(corpus: str | Path, out: str | Path = MERGES_PATH) -> int:
-    """Write every merged case of both scripts with its decision as TSV; returns the row count."""
-    from data.datamodule import iter_corpus
-
-    texts = [poem["text"] for poem in iter_corpus(corpus)]
-    rows = [r for script in SCRIPTS for r in merged_cases(script, written_as(texts, script))]
-    with Path(out).open("w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, MERGE_FIELDS, delimiter="\t", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return len(rows)
-
-
-if __name__ == "__main__":
-    n = write_merges(Path(__file__).with_name("corpus") / "tang.jsonl.xz")
-    print(f"wrote {n} merged cases to {MERGES_PATH}")

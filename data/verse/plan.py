@@ -5,11 +5,11 @@ the poem, `<eos>`, so a model learns to choose a plan first and then write to it
 (`model.sampling.poems` samples the plan, or takes it as a prompt: soft control).
 
 - Form tokens (`FORM_LABELS`): `<五绝>` `<七绝>` `<五律>` `<七律>` `<其他>`, from the corpus's
-  `form` field (`data.poetry.form_of`; names `wujue`, `qijue`, `wulv`, `qilv`, `other`).
+  `form` field (`data.verse.poetry.form_of`; names `wujue`, `qijue`, `wulv`, `qilv`, `other`).
 - Rhyme tokens: one per 平水韵 level-tone group, labelled with the group's name (`<上平聲一東>` …
-  `<下平聲十五咸>`, the table order of `data.rhyme.level_tone_table`), and `<无韵>` (`NO_RHYME`).
+  `<下平聲十五咸>`, the table order of `data.verse.rhyme.level_tone_table`), and `<无韵>` (`NO_RHYME`).
   A poem gets the group its even lines' last characters (at least two of them) all sit in
-  (`data.meter.shared_rhyme_groups`, the metric's test); if they share several (polyphonic
+  (`data.verse.meter.shared_rhyme_groups`, the metric's test); if they share several (polyphonic
   finals), the first in table order; if none, or if the poem has fewer than two even lines,
   `<无韵>`.
 
@@ -20,16 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
-from data.meter import poem_lines, shared_rhyme_groups
-from data.rhyme import level_tone_table
-
-if TYPE_CHECKING:
-    from data.tokenizer import Tokenizer
+from data.verse.meter import poem_lines, shared_rhyme_groups
+from data.verse.rhyme import level_tone_table
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
-"""Form name (`data.poetry.FORMS` and `other`) → its plan token's label."""
+"""Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
 NO_RHYME = "<无韵>"
 """The rhyme token of a poem whose even lines share no level-tone group."""
 PLAN_SLOTS = 2
@@ -95,14 +92,20 @@ class PlanIds:
                 "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None)}
 
 
+class HasPlanTokens(Protocol):
+    """What `plan_ids` reads of a tokenizer (`data.tokenizer.Tokenizer` has both)."""
+    plan: tuple[str, ...]  # the plan tokens' labels, in id order
+    plan_start: int  # the id of the first
+
+
 @lru_cache(maxsize=8)
-def plan_ids(tok: "Tokenizer") -> PlanIds | None:
+def plan_ids(tok: HasPlanTokens) -> PlanIds | None:
     """The `PlanIds` of a tokenizer (None if it has no plan tokens; built once per tokenizer).
     raises ValueError if its plan tokens are not `plan_labels()`."""
     if not tok.plan:
         return None
     if tok.plan != plan_labels():
-        raise ValueError("the tokenizer's plan tokens are not this version's (data.plan.plan_labels)")
+        raise ValueError("the tokenizer's plan tokens are not this version's (data.verse.plan.plan_labels)")
     index = {label: tok.plan_start + k for k, label in enumerate(tok.plan)}
     return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
                    {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME])
