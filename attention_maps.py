@@ -31,10 +31,10 @@ from model.inspection.attention_stats import (  # noqa: E402
     lesson_qk_maps,
     mean_statistics,
 )
-from model.gpt import GPT  # noqa: E402
-from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
 from model.inspection.plots import attention_grid  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.engine import Engine, latest_checkpoint  # noqa: E402
+from model.gpt import GPT  # noqa: E402
 
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
           "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevsame",
@@ -98,13 +98,13 @@ def attention_report(cfg: DictConfig) -> dict:
     outside the vocabulary), ValueError (text longer than block_size − 1), BackendUnavailableError.
     """
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    lit = load_for_inference(ckpt, "cpu", cfg.backend)
-    gpt, block_size = lit.gpt, lit.gpt.cfg.block_size
+    engine = Engine.load(ckpt, "cpu", cfg.backend)
+    gpt, block_size = engine.model, engine.model.cfg.block_size
     check_backend(gpt.cfg.attention, "cpu", torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
-    idx, tokens = lit.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
-    poems = heldout_poems(cfg.heldout.corpus_path, lit.hparams.script, cfg.heldout.n_poems, cfg.heldout.forms,
+    idx, tokens = engine.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
+    poems = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.heldout.n_poems, cfg.heldout.forms,
                           block_size - 1)
-    encoded = [lit.encode_line(poem, "held-out poem") for poem in poems]
+    encoded = [engine.encode_line(poem, "held-out poem") for poem in poems]
     torch.manual_seed(cfg.init_seed)
     init_gpt = GPT(gpt.cfg).eval()  # the weights training started from (same seed, same shape)
 

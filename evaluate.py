@@ -34,12 +34,13 @@ from model.inspection.evaluation import (  # noqa: E402
     is_plan_model,
     sample_and_measure,
     sample_requests,
-    validation_metrics,
 )
 from model.inspection.poem_metrics import format_table  # noqa: E402
 from model.sampling.decoding import check_sampling_args  # noqa: E402
 from model.sampling.poems import SamplingOptions  # noqa: E402
-from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
+from model.engine import latest_checkpoint  # noqa: E402
+from model.training.lit import load_for_inference  # noqa: E402
+from model.training.validation import validation_metrics  # noqa: E402
 
 SAMPLING = ("num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "repetition_penalty")
 
@@ -69,19 +70,20 @@ def evaluate(cfg: DictConfig) -> dict:
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU; use device=cpu or device=auto")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    lit = load_for_inference(ckpt, device, cfg.backend)
-    gpt, script = lit.gpt, lit.hparams.script
+    lit = load_for_inference(ckpt, device, cfg.backend)  # the LightningModule: validation; it holds the engine
+    engine = lit.engine
+    gpt, script = engine.model, engine.script
     check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
-    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(lit), is_plan_model(lit))
+    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
 
-    samples, plans, rows, seconds = sample_and_measure(lit, opts, requests, cfg.data.corpus_path, cfg.reference)
+    samples, plans, rows, seconds = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference)
     val = {}
     if cfg.val_bpc:
         start = time.perf_counter()
-        tok_state = lit.tokenizer.state_dict()
+        tok_state = engine.tokenizer.state_dict()
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
-                                             tokenizer=tokenizer, plan_tokens=is_plan_model(lit))
+                                             tokenizer=tokenizer, plan_tokens=is_plan_model(engine))
         val = validation_metrics(lit, datamodule, "gpu" if torch.device(device).type == "cuda" else "cpu")
         seconds["validation"] = time.perf_counter() - start
 
@@ -90,7 +92,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
     report = {"checkpoint": str(ckpt), "device": device, "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
-              **({"plans": plans} if is_plan_model(lit) else {}),
+              **({"plans": plans} if is_plan_model(engine) else {}),
               "json": str(out_dir / "evaluate.json")}
     _write_json(Path(report["json"]), report)
     return report

@@ -19,11 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 
 rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
 
-from data.verse.poetry import LINE_END  # noqa: E402
 from data.tokenizer import StreamDecoder  # noqa: E402
+from data.verse.poetry import LINE_END  # noqa: E402
 from model.attention import check_backend  # noqa: E402
-from model.training.lit import latest_checkpoint, load_for_inference  # noqa: E402
 from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
+from model.engine import Engine, latest_checkpoint  # noqa: E402
 from model.sampling.poems import SamplingOptions, read_plans, stream_poems  # noqa: E402
 
 OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
@@ -52,10 +52,10 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
         raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
                          "use device=cpu or device=auto")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    lit = load_for_inference(ckpt, device, cfg.backend)
-    gpt, tok = lit.gpt, lit.tokenizer
+    engine = Engine.load(ckpt, device, cfg.backend)
+    gpt, tok = engine.model, engine.tokenizer
     check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
-    start, steps = stream_poems(lit, opts)
+    start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
     if live:

@@ -32,7 +32,7 @@ from model.training.checkpoints import (  # noqa: E402
     resolve_ckpt_path,
 )
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted  # noqa: E402
-from model.gpt import GPT, GPTConfig  # noqa: E402
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
 from model.training.runtime import (  # noqa: E402
     check_attention_backend,
@@ -47,8 +47,6 @@ from model.training.runtime import (  # noqa: E402
 
 log = logging.getLogger(__name__)
 PROBE_VOCAB = 8192  # the CPU precision probe times the model's shape with a stand-in vocabulary of this size
-MODEL_KEYS = ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "head", "head_cutoffs", "head_div_value",
-              "pos_emb", "qk_norm", "mlp_act", "zero_init_proj")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -61,7 +59,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg = {**{k: shape[k] for k in MODEL_KEYS}, "attention": cfg.attention.backend}
+    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS}, "attention": cfg.attention.backend}
     on_cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
     if str(cfg.trainer.precision) == "auto" and on_cpu:  # bf16 autocast only where it is measured faster
         cfg.trainer.precision = choose_cpu_precision(lambda: GPT(GPTConfig(vocab_size=PROBE_VOCAB, **model_cfg)),
@@ -71,7 +69,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         saved = load_checkpoint(ckpt_path)
-        check_same_shape(saved, model_cfg, ckpt_path)
         check_same_workers(saved, cfg.data.num_workers, ckpt_path)
     run_dir = Path(cfg.paths.checkpoint_dir) / cfg.run_name
     check_new_run_folder(run_dir, cfg.run_name)
@@ -87,10 +84,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()
     tokenizer = datamodule.tokenizer
+    model_cfg = head_for_vocabulary(model_cfg, tokenizer.vocab_size)  # said in the log where it differs
     if ckpt_path:
-        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.verse.script, ckpt_path)
+        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
+        check_same_shape(saved, model_cfg, ckpt_path)
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
-                   tokenizer=tokenizer.state_dict(), script=cfg.data.verse.script)
+                   tokenizer=tokenizer.state_dict(), script=cfg.data.script)
     if cfg.compile:
         compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:

@@ -122,7 +122,7 @@ def train_step_ms(name, backend, args) -> float | str:
 
     def step():
         with amp:
-            _, loss = model(idx, idx)
+            loss = model.loss(idx, idx)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -49,7 +49,7 @@ from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from data.datamodule import PoetryDataModule  # noqa: E402
-from model.gpt import GPT, GPTConfig  # noqa: E402
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig  # noqa: E402
 from model.training.lit import LitGPT, load_for_inference  # noqa: E402
 
 CORPUS, CACHE = ROOT / "data" / "corpus" / "tang.jsonl.xz", ROOT / "data" / "cache"
@@ -145,7 +145,7 @@ def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None
         ix = torch.randint(len(data) - T, (B,))  # nanoGPT's get_batch: with replacement, global RNG
         x = torch.stack([torch.from_numpy(data[i:i + T].astype("int64")) for i in ix.tolist()])  # (B, T)
         y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + T].astype("int64")) for i in ix.tolist()])  # (B, T)
-        _, loss = gpt(x, y)
+        loss = gpt.loss(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(gpt.parameters(), c["grad_clip"])
         opt.step()
@@ -216,7 +216,7 @@ def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
         dm.setup("fit")
         torch.manual_seed(cfg.seed)
         shape = OmegaConf.to_container(cfg.model, resolve=True)
-        lit = LitGPT({**{k: shape[k] for k in train_script.MODEL_KEYS}, "attention": cfg.attention.backend},
+        lit = LitGPT({**{k: shape[k] for k in MODEL_FIELDS}, "attention": cfg.attention.backend},
                      shape["optim"], dm.tokenizer.state_dict())
         lit.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
         opt = build_optimizer(lit.gpt, shape["optim"])
@@ -224,7 +224,7 @@ def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
             opt, lambda s: lr_factor(s, shape["optim"]["warmup_steps"], shape["optim"]["min_lr_ratio"], s / steps))
         times, last = [], time.perf_counter()
         for step, (x, y) in zip(range(steps), dm.train_dataloader()):
-            _, loss = lit.gpt(x, y)
+            loss = lit.gpt.loss(x, y)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(lit.gpt.parameters(), cfg.trainer.gradient_clip_val)
             opt.step()

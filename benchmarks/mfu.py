@@ -90,7 +90,7 @@ def main(argv=None) -> None:
                 torch.cuda.synchronize()
             start = time.perf_counter()
         with autocast:
-            _, loss = gpt(x, y)
+            loss = gpt.loss(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

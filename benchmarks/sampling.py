@@ -27,27 +27,29 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.verse.poetry import LINE_END  # noqa: E402
 from data.tokenizer import CharTokenizer  # noqa: E402
+from data.verse.poetry import LINE_END  # noqa: E402
+from model.engine import Engine  # noqa: E402
+from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
-from model.training.lit import LitGPT  # noqa: E402
 
 VOCAB = 8164  # the shipped corpus's characters in simplified script, plus <bos> and <eos>
 FIELDS = ("block_size", "n_layer", "n_head", "n_embd")
 
 
-def model_of(name: str, device: str) -> LitGPT:
+def model_of(name: str, device: str) -> Engine:
     """A randomly initialised model of conf/model/<name>.yaml's size over VOCAB ids (the line
     marks and CJK ideographs from U+4E00), eval mode, on device."""
     cfg = OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")
     chars = LINE_END + "".join(chr(0x4E00 + i) for i in range(VOCAB - 2 - len(LINE_END)))
+    tok = CharTokenizer(chars)
     torch.manual_seed(0)
-    return LitGPT({k: cfg[k] for k in FIELDS}, {}, CharTokenizer(chars).state_dict()).to(device).eval()
+    return Engine(GPT(GPTConfig(vocab_size=tok.vocab_size, **{k: cfg[k] for k in FIELDS})).to(device).eval(), tok)
 
 
-def sample_steps(lit: LitGPT, opts: SamplingOptions) -> int:
+def sample_steps(engine: Engine, opts: SamplingOptions) -> int:
     """Sample through the shared path; returns the number of steps taken."""
-    _, steps = stream_poems(lit, opts)
+    _, steps = stream_poems(engine, opts)
     return sum(1 for _ in steps)
 
 
@@ -78,15 +80,16 @@ def main() -> None:
     rows = []
     print(f"{'model':6} {'batch':>5} {'tokens':>6} {'no cache tok/s':>15} {'KV cache tok/s':>15} {'ratio':>6}")
     for name in args.models:
-        lit = model_of(name, args.device)
-        n_new = lit.gpt.cfg.block_size - 1
+        engine = model_of(name, args.device)
+        n_new = engine.model.cfg.block_size - 1
         for batch in args.batches:
             rate = {}
             for use_cache in (False, True):
                 opts = SamplingOptions(num_samples=batch, max_new_tokens=n_new, temperature=1.0, top_k=200,
                                        seed=0, use_cache=use_cache)
-                n_steps = sample_steps(lit, opts)  # a poem may end early: count the steps taken
-                rate[use_cache] = batch * n_steps / seconds(lambda: sample_steps(lit, opts), args.device, args.repeats)
+                n_steps = sample_steps(engine, opts)  # a poem may end early: count the steps taken
+                rate[use_cache] = batch * n_steps / seconds(lambda: sample_steps(engine, opts), args.device,
+                                                            args.repeats)
             rows.append({"model": name, "batch": batch, "new_tokens": n_new, "no_cache_tokens_per_sec": rate[False],
                          "cache_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
             r = rows[-1]

@@ -157,7 +157,7 @@ class PoetryDataModule(L.LightningDataModule):
             raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
         self.train_windows, self.val_windows = train_windows, val_windows
         if script not in SCRIPTS:
-            raise ValueError(f"data.verse.script={script!r} is not one of {sorted(SCRIPTS)}")
+            raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
         self.tokenizer_cfg = dict(tokenizer or {"kind": "char"})
         if self.tokenizer_cfg.get("kind") not in TOKENIZER_KINDS:
             raise ValueError(f"tokenizer.kind={self.tokenizer_cfg.get('kind')!r} is not one of {TOKENIZER_KINDS}")

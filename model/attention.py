@@ -99,12 +99,17 @@ class KVCache:
     `append` with its batch size, device and dtype (so autocast works). Appending the new
     positions' keys and values lets each decoding step compute q, k, v for the new token
     only, instead of for the whole context again (the "KV cache" of Transformer inference).
+    With keep_weights, each forward through the layer also leaves in `weights` the attention
+    row of its last query, computed explicitly (`causal_attention_weights`) whatever the
+    backend, since the fused kernels return none: what a viewer shows beside a drawn token.
     """
 
-    def __init__(self, block_size: int):
+    def __init__(self, block_size: int, keep_weights: bool = False):
         self.block_size, self.length = block_size, 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.keep_weights = keep_weights
+        self.weights: torch.Tensor | None = None  # with keep_weights: the last query's row, (B, n_head, length)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v: (B, n_head, T, d_k) of the next T positions → all keys and values so far,
@@ -201,6 +206,8 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # each (B, n_head, L, d_k), L = positions so far
         L = k.size(2)
+        if cache is not None and cache.keep_weights:  # the last query's row: (B, n_head, L)
+            cache.weights = causal_attention_weights(q[:, :, -1:], k, self._causal_mask(1, L))[:, :, 0]
         if self.backend == "naive":
             weights = self.attn_dropout(self._weights(q, k))  # (B, n_head, T, L)
             y = weights @ v  # (B, n_head, T, d_k)

@@ -1,26 +1,43 @@
 """A GPT language model (decoder-only Transformer), in the style of nanoGPT's model.py.
 
-Token + learned position embeddings, `n_layer` pre-LayerNorm blocks (causal self-attention,
-then a GELU MLP, each added to the residual stream), a final LayerNorm and an output layer:
-`head='tied'`, a linear layer tied to the token embedding (nanoGPT's), or `head='adaptive'`,
-an adaptive softmax (Grave et al. 2017, "Efficient softmax approximation for GPUs"): the
-`head_cutoffs[0]` most frequent tokens get a full-width output, rarer ones sit in tail
-clusters of width n_embd / head_div_value^k, so a step costs a fraction of a full softmax over
-every character. Initialisation as GPT-2 (Radford et al. 2019): N(0, 0.02), with the residual
-projections scaled by 1/√(2·n_layer).
+Token embeddings, `n_layer` pre-LayerNorm blocks (causal self-attention, then an MLP, each
+added to the residual stream), a final LayerNorm and an output layer. Initialisation as GPT-2
+(Radford et al. 2019): N(0, 0.02), the residual projections scaled by 1/√(2·n_layer).
+
+The default recipe (conf/model/tiny.yaml, chosen by fixed-time comparisons) and the
+alternatives each option names:
+- positions: `pos_emb='rope'`, rotary embeddings in the attention (Su et al. 2021); or
+  `learned`, a table of block_size vectors added to the token embeddings (nanoGPT's).
+- MLP: `mlp_act='relu2'`, Linear(n_embd → 4·n_embd), ReLU squared (So et al. 2021, "Primer"),
+  Linear back; or `gelu` (GPT-2's).
+- `zero_init_proj=True`: the residual output projections start at 0, so each block starts as
+  the identity; False keeps GPT-2's scaled initialisation.
+- output: `head='adaptive'`, an adaptive softmax (Grave et al. 2017, "Efficient softmax
+  approximation for GPUs"): the `head_cutoffs[0]` most frequent tokens get a full-width output,
+  rarer ones sit in tail clusters of width n_embd / head_div_value^k, so a step costs a fraction
+  of a full softmax over every character; or `tied`, a linear layer tied to the token embedding
+  (nanoGPT's). Which head a vocabulary gets is decided once, before the model is built, by
+  `head_for_vocabulary` (a vocabulary below the first cutoff gets the tied head, said in the log).
+- `qk_norm`: RMS-normalise q and k per head; `bias`: biases in Linear and LayerNorm layers;
+  `attention`: the backend (`model/attention.py`: naive | sdpa | flash), the same function.
+
+Named methods, one return type each: `forward` → logits, `loss` → mean cross-entropy, `nats`
+→ per-token cross-entropy, `attention_maps` → every layer's weights. Generation lives in the
+inference engine (`model/engine.py`), which feeds `forward` with a KV cache (`new_cache`).
 """
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import asdict, dataclass
-from typing import Iterator, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from model.attention import CausalSelfAttention, KVCache
-from model.sampling.decoding import LogitsProcessor, check_sampling_args, next_token
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,14 +60,32 @@ class GPTConfig:
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
 
     def __post_init__(self):
-        """Cutoffs past the vocabulary are dropped; a vocabulary smaller than the first cutoff (e.g.
-        a small BPE vocabulary) gets the tied head: there is nothing to save."""
-        self.head_cutoffs = tuple(c for c in self.head_cutoffs if c < self.vocab_size)
-        if self.head == "adaptive" and not self.head_cutoffs:
-            self.head = "tied"
+        self.head_cutoffs = tuple(self.head_cutoffs)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "attention"))
+"""The fields conf/model sets (the model's shape and options); vocab_size comes from the tokenizer,
+attention from conf/attention."""
+
+
+def head_for_vocabulary(model: dict, vocab_size: int) -> dict:
+    """The model fields `model` (GPTConfig's, without vocab_size) with the output head decided for
+    a vocabulary of vocab_size ids, said in the log when it differs from what was asked: adaptive
+    cutoffs at or past the vocabulary are dropped, and a vocabulary below the first cutoff (e.g. a
+    small BPE vocabulary) gets the tied head, since there is no tail to save on. Idempotent."""
+    if model.get("head") != "adaptive":
+        return model
+    asked = tuple(model.get("head_cutoffs", GPTConfig.head_cutoffs))
+    cutoffs = tuple(c for c in asked if c < vocab_size)
+    if cutoffs == asked:
+        return model
+    if not cutoffs:
+        log.info(f"model.head=tied: the vocabulary of {vocab_size} tokens is below the adaptive head's first cutoff "
+                 f"{asked[0]}, so there is no tail cluster to save on")
+        return {**model, "head": "tied", "head_cutoffs": []}
+    log.info(f"model.head_cutoffs={list(cutoffs)}: the cutoffs {[c for c in asked if c >= vocab_size]} are not below "
+             f"the vocabulary of {vocab_size} tokens")
+    return {**model, "head_cutoffs": list(cutoffs)}
 
 
 class MLP(nn.Module):
@@ -90,7 +125,7 @@ MLP_ACTS = ("gelu", "relu2")
 
 class GPT(nn.Module):
     """cfg: GPTConfig. raises ValueError for an unknown attention backend, head, pos_emb or mlp_act,
-    n_embd % n_head != 0, or adaptive cutoffs that are not positive and increasing."""
+    n_embd % n_head != 0, or adaptive cutoffs that are not positive, increasing and below vocab_size."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -99,8 +134,11 @@ class GPT(nn.Module):
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         cutoffs = list(cfg.head_cutoffs)
-        if cfg.head == "adaptive" and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
+        if cfg.head == "adaptive" and (not cutoffs or cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0):
             raise ValueError(f"head_cutoffs {cutoffs} must be positive and strictly increasing")
+        if cfg.head == "adaptive" and cutoffs[-1] >= cfg.vocab_size:
+            raise ValueError(f"head_cutoffs {cutoffs} must be below vocab_size {cfg.vocab_size}; decide the head "
+                             "for the vocabulary first (model.gpt.head_for_vocabulary)")
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None  # positions
@@ -139,11 +177,6 @@ class GPT(nn.Module):
         order = torch.sort(-counts.to(torch.int64), stable=True).indices  # (vocab_size,) ids, most frequent first
         self.id_rank[order] = torch.arange(self.cfg.vocab_size, device=self.id_rank.device)
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; position embeddings excluded when non_embedding (nanoGPT's convention)."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
-
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         B, T = idx.shape
         if start + T > self.cfg.block_size:
@@ -153,45 +186,59 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))  # + (T, n_embd)
         return self.drop(x)
 
-    def new_cache(self) -> list[KVCache]:
-        """An empty KV cache per layer, for `forward(..., cache=)`."""
-        return [KVCache(self.cfg.block_size) for _ in self.blocks]
+    def new_cache(self, keep_weights: bool = False) -> list[KVCache]:
+        """An empty KV cache per layer, for `forward(..., cache=)`; keep_weights: each layer keeps
+        its last query's attention row (`KVCache.weights`)."""
+        return [KVCache(self.cfg.block_size, keep_weights) for _ in self.blocks]
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: list[KVCache] | None = None,
-                reduction: str = "mean"):
-        """idx: (B, T) int64 token ids; targets: (B, T) int64 or None, -1 where not scored.
-
-        cache: from `new_cache`; idx continues the positions it holds (and is added to it).
-        returns (logits (B, T, vocab_size) float, loss: mean cross-entropy in nats per
-        scored token, or None without targets; with reduction="none" the nats of every
-        position, (B, T) float, 0 where not scored). With the adaptive head the logits are
-        log-probabilities, and None when targets are given: training needs only the loss, and
-        the full distribution is what the adaptive softmax saves computing. raises ValueError if
-        the positions pass block_size, or for a reduction other than "mean" and "none".
-        """
-        if reduction not in ("mean", "none"):
-            raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+    def _hidden(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """idx (B, T) int64 → the final LayerNorm's output (B, T, n_embd), the output layer's input."""
         x = self._embed(idx, cache[0].length if cache else 0)  # (B, T, n_embd)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)  # (B, T, n_embd)
-        x = self.ln_f(x)  # (B, T, n_embd)
+        return self.ln_f(x)  # (B, T, n_embd)
+
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """idx: (B, T) int64 token ids → logits (B, T, vocab_size) float; with the adaptive head
+        log-probabilities (in id order), which softmax alike.
+
+        cache: from `new_cache`; idx continues the positions it holds (and is added to it).
+        raises ValueError if the positions pass block_size.
+        """
+        x = self._hidden(idx, cache)  # (B, T, n_embd)
         if self.cfg.head == "tied":
-            logits = self.lm_head(x)  # (B, T, vocab_size)
-            loss = None if targets is None else F.cross_entropy(
-                logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1, reduction=reduction)
-            return logits, loss if reduction == "mean" or loss is None else loss.view(targets.shape)
+            return self.lm_head(x)  # (B, T, vocab_size)
         # in float32 even under autocast: the adaptive softmax writes float32 results in place
         with torch.autocast(device_type=x.device.type, enabled=False):
-            if targets is None:  # log-probabilities of every id, in id order
-                logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
-                return logp[:, self.id_rank].view(*idx.shape, -1), None  # (B, T, vocab_size)
+            logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
+            return logp[:, self.id_rank].view(*idx.shape, -1)  # (B, T, vocab_size)
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy in nats per scored token, a scalar: idx, targets (B, T) int64,
+        targets -1 where not scored. The adaptive head scores the targets only, never the full
+        distribution: what it saves in training. raises ValueError as `forward`."""
+        x = self._hidden(idx)  # (B, T, n_embd)
+        if self.cfg.head == "tied":
+            logits = self.lm_head(x)  # (B, T, vocab_size)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            scored = targets.reshape(-1) != -1  # (B·T,)
+            return self.lm_head(x.reshape(-1, x.size(-1))[scored].float(), self.id_rank[targets.reshape(-1)[scored]]).loss
+
+    def nats(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of every position in nats, (B, T) float, 0 where targets is -1 (not
+        scored): idx, targets (B, T) int64. raises ValueError as `forward`."""
+        x = self._hidden(idx)  # (B, T, n_embd)
+        if self.cfg.head == "tied":
+            logits = self.lm_head(x)  # (B, T, vocab_size)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1,
+                                   reduction="none").view(targets.shape)
+        with torch.autocast(device_type=x.device.type, enabled=False):
             scored = targets.reshape(-1) != -1  # (B·T,)
             h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd), N scored positions
             out = self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]])
-            if reduction == "mean":
-                return None, out.loss
             nats = torch.zeros(scored.shape, device=h.device).masked_scatter(scored, -out.output)  # (B·T,)
-            return None, nats.view(targets.shape)  # (B, T)
+            return nats.view(targets.shape)  # (B, T)
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -206,61 +253,3 @@ class GPT(nn.Module):
             maps.append(block.attn.attention_weights(block.ln_1(x)))
             x = block(x)
         return maps
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, eos_id: int | None = None,
-                 generator: torch.Generator | None = None, use_cache: bool = True,
-                 processors: Sequence[LogitsProcessor] = ()) -> torch.Tensor:
-        """Sample continuations of idx: (B, T0) int64 → (B, T0 + n) with n ≤ max_new_tokens.
-
-        Rows that ended are padded with eos_id; see `generate_stream` for the arguments.
-        """
-        return torch.cat([idx, *self.generate_stream(idx, max_new_tokens, temperature, top_k, top_p, eos_id,
-                                                     generator, use_cache, processors)], dim=1)
-
-    @torch.no_grad()
-    def generate_stream(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                        top_k: int | None = None, top_p: float | None = None, eos_id: int | None = None,
-                        generator: torch.Generator | None = None, use_cache: bool = True,
-                        processors: Sequence[LogitsProcessor] = ()) -> Iterator[torch.Tensor]:
-        """Yield the next token of every row, (B, 1) int64, up to max_new_tokens times.
-
-        idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
-        use_cache (default) each step feeds only the new token and reuses the keys and values
-        of the earlier ones (KV cache); when the cache is full it is re-filled with the last
-        block_size // 2 tokens. Without it every step recomputes the last block_size tokens.
-        Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) →
-        `model.sampling.decoding.next_token` (temperature 0 = greedy, top_k, top_p). Stops once every
-        row has produced eos_id; a row that ended gets eos_id. `generator` seeds the draws.
-        raises ValueError for a bad temperature / top_k / top_p, non-finite logits from the
-        model, NaN or +inf after the processors (at any temperature), or a step where the
-        processors allow no token.
-        """
-        check_sampling_args(temperature, top_k, top_p)
-        block = self.cfg.block_size
-        done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = self.new_cache() if use_cache else None
-        logits, _ = self(idx[:, -block:], cache=cache)  # (B, ≤block, vocab_size): the prompt at once
-        for step in range(max_new_tokens):
-            logits = logits[:, -1, :].float()  # (B, vocab_size)
-            if not torch.isfinite(logits).all():
-                raise ValueError("the model produced non-finite logits (NaN or inf); the checkpoint is damaged "
-                                 "or the precision too low")
-            for process in processors:
-                logits = process(idx, logits)
-            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B, 1); refuses NaN / +inf
-            if eos_id is not None:
-                nxt = nxt.masked_fill(done[:, None], eos_id)
-                done |= nxt[:, 0] == eos_id
-            idx = torch.cat([idx, nxt], dim=1)
-            yield nxt
-            if (eos_id is not None and done.all()) or step == max_new_tokens - 1:
-                return
-            if cache is None:
-                logits, _ = self(idx[:, -block:])
-            elif cache[0].length < block:
-                logits, _ = self(nxt, cache=cache)  # (B, 1, vocab_size)
-            else:  # cache full: start again from the recent half
-                cache = self.new_cache()
-                logits, _ = self(idx[:, -(block // 2):], cache=cache)

@@ -95,3 +95,22 @@ def corpus_texts() -> list[str]:
     from data.corpus_io import load_corpus
 
     return [p["text"] for p in load_corpus(ROOT / "data" / "corpus" / "tang.jsonl.xz")]
+
+
+def engine_of(gpt):
+    """The inference engine around a bare GPT, with a character tokenizer of its vocabulary size
+    (CJK ideographs from U+4E00 after `<bos>`, `<eos>`)."""
+    from data.tokenizer import CharTokenizer
+    from model.engine import Engine
+
+    return Engine(gpt, CharTokenizer(chr(0x4E00 + i) for i in range(gpt.cfg.vocab_size - 2)))
+
+
+def generate(gpt, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, eos_id=None, generator=None,
+             use_cache=True, processors=()):
+    """Sampled continuations of idx through the engine: `Engine.generate` drawing with
+    `sampler(temperature, top_k, top_p, generator)` (`model.sampling.decoding`)."""
+    from model.sampling.decoding import sampler
+
+    return engine_of(gpt).generate(idx, max_new_tokens, sampler(temperature, top_k, top_p, generator), eos_id,
+                                   use_cache, processors)

@@ -16,7 +16,7 @@ from data.tokenizer import CharTokenizer
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.callbacks import AttentionMapLogger, SampleLogger
 from model.training.lit import LitGPT
-from tests.conftest import POEMS
+from tests.conftest import POEMS, generate
 
 
 def tiny_lit(n_layer=1, n_head=2, block_size=16) -> LitGPT:
@@ -85,18 +85,18 @@ class RecordingWandb(WandbLogger):
 def test_sample_table_poems_keep_the_poem_rules():
     """A model that would end every poem at once, and otherwise write ， after ，: the callback's
     poems (through `sample_poems`, like sample.py) still never start with a mark, never put
-    two marks together and never end after ，. Through `GPT.generate` alone they were empty."""
+    two marks together and never end after ，. Through the bare engine they were empty."""
     lit = tiny_lit()
     tok = lit.tokenizer
     scores = torch.zeros(tok.vocab_size)
     scores[[tok.eos_id, tok.stoi["，"], tok.stoi["。"], tok.stoi["月"]]] = torch.tensor([100.0, 90.0, 80.0, 10.0])
-    lit.gpt.forward = lambda idx, targets=None, cache=None: (scores.expand(idx.size(0), idx.size(1), -1), None)
-    assert tok.decode(lit.gpt.generate(torch.zeros(1, 1, dtype=torch.long), 10, temperature=0.8)[0].tolist()) == ""
+    lit.gpt.forward = lambda idx, cache=None: scores.expand(idx.size(0), idx.size(1), -1)
+    assert tok.decode(generate(lit.gpt, torch.zeros(1, 1, dtype=torch.long), 10, temperature=0.8)[0].tolist()) == ""
     logger, wandb = SampleLogger(num_samples=3, max_new_tokens=10), RecordingWandb()
     trainer = types.SimpleNamespace(sanity_checking=False, loggers=[wandb], global_step=7)
     logger.on_validation_end(trainer, lit)
     [(key, columns, rows, step)] = wandb.tables
     assert (key, columns, step) == ("samples", ["step", "poem"], 7)
     assert rows == [[7, "月，月，月，月，月，"]] * 3  # ran to max_new_tokens: no 。 was likelier than ，
-    assert logger.poems == sample_poems(lit, SamplingOptions(num_samples=3, max_new_tokens=10, temperature=0.8,
+    assert logger.poems == sample_poems(lit.engine, SamplingOptions(num_samples=3, max_new_tokens=10, temperature=0.8,
                                                              top_k=50, seed=0))

@@ -28,7 +28,7 @@ def lit():
 
 
 def poems(lit, n, **kw):
-    return sample_poems(lit, SamplingOptions(num_samples=n, temperature=1.0, top_k=None, **kw))
+    return sample_poems(lit.engine, SamplingOptions(num_samples=n, temperature=1.0, top_k=None, **kw))
 
 
 @pytest.mark.parametrize("form", FORMS)

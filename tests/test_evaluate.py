@@ -31,11 +31,11 @@ def test_sample_sets_go_through_the_sampling_options():
     tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
     lit = LitGPT(dict(block_size=32, n_layer=1, n_head=2, n_embd=16), {}, tok.state_dict()).eval()
     base = SamplingOptions(num_samples=3, max_new_tokens=30, seed=5)
-    sets = sample_sets(lit, base, sample_requests(["free", "form", "meter"], ["wujue"]))
+    sets = sample_sets(lit.engine, base, sample_requests(["free", "form", "meter"], ["wujue"]))
     assert list(sets) == ["free", "wujue", "wujue+meter"] and all(len(p) == 3 for p in sets.values())
     assert all(form_of(p) == "wujue" for p in sets["wujue"])
     assert all(matching_patterns(poem_lines(p), "wujue", "simplified") for p in sets["wujue+meter"])
-    assert sample_sets(lit, base, {"free": {}}) == {"free": sets["free"]}  # seeded
+    assert sample_sets(lit.engine, base, {"free": {}}) == {"free": sets["free"]}  # seeded
 
 
 def test_evaluation_rows_put_the_reference_first_on_equal_distinct_counts(tmp_path):

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.gpt import GPT, GPTConfig
+from model.gpt import GPT, GPTConfig, head_for_vocabulary
+from tests.conftest import generate
 
 
 def tiny(**kw):
@@ -15,10 +16,10 @@ def tiny(**kw):
 def test_forward_shapes_and_initial_loss():
     m = tiny()
     idx, targets = torch.randint(0, 50, (2, 3, 10))
-    logits, loss = m(idx, targets)
+    logits, loss = m(idx), m.loss(idx, targets)
     assert logits.shape == (3, 10, 50)
     assert abs(loss.item() - math.log(50)) < 0.1  # GPT-2 init: near-uniform predictions
-    assert m(idx)[1] is None
+    torch.testing.assert_close(loss, F.cross_entropy(logits.view(-1, 50), targets.view(-1)))
     assert m.lm_head.weight is m.wte.weight
     std = m.blocks[0].attn.c_proj.weight.std().item()
     assert abs(std - 0.02 / math.sqrt(4)) < 0.003
@@ -32,7 +33,7 @@ def test_too_long_input_is_refused():
 @pytest.mark.parametrize("backend", ["naive", "sdpa", "flash"])
 def test_backends_give_the_same_model(backend):
     idx = torch.randint(0, 50, (2, 16))
-    torch.testing.assert_close(tiny(attention=backend)(idx)[0], tiny(attention="naive")(idx)[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny(attention=backend)(idx), tiny(attention="naive")(idx), rtol=1e-5, atol=1e-5)
 
 
 def test_attention_maps_per_layer():
@@ -61,28 +62,28 @@ def test_attention_maps_of_every_backend_are_the_weights_naive_attention_uses(ba
 def test_generate_crops_context_and_stops_at_eos():
     m = tiny()
     start = torch.zeros(2, 14, dtype=torch.long)
-    out = m.generate(start, max_new_tokens=10, temperature=0)  # runs past block_size=16
+    out = generate(m, start, max_new_tokens=10, temperature=0)  # runs past block_size=16
     assert out.shape == (2, 24) and torch.equal(out[:, :14], start)
-    greedy = m.generate(start, max_new_tokens=10, temperature=0)
+    greedy = generate(m, start, max_new_tokens=10, temperature=0)
     assert torch.equal(out, greedy)
-    assert torch.equal(m.generate(start, 10, temperature=1.0, top_k=1), greedy)
+    assert torch.equal(generate(m, start, 10, temperature=1.0, top_k=1), greedy)
     eos = int(out[0, 14])  # the first greedy token: every row stops right after it
-    stopped = m.generate(start, max_new_tokens=10, temperature=0, eos_id=eos)
+    stopped = generate(m, start, max_new_tokens=10, temperature=0, eos_id=eos)
     assert stopped.shape == (2, 15) and (stopped[:, -1] == eos).all()
 
 
 def test_generate_is_seeded():
     m = tiny()
     start = torch.zeros(4, 1, dtype=torch.long)
-    a = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
-    b = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
-    c = m.generate(start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(4))
+    a = generate(m, start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
+    b = generate(m, start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
+    c = generate(m, start, 12, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(4))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert m.generate(start, 3, top_k=10_000).shape == (4, 4)  # top_k clamped to the vocabulary
+    assert generate(m, start, 3, top_k=10_000).shape == (4, 4)  # top_k clamped to the vocabulary
     with pytest.raises(ValueError, match="temperature"):
-        m.generate(start, 3, temperature=-1)
+        generate(m, start, 3, temperature=-1)
     with pytest.raises(ValueError, match="top_k"):
-        m.generate(start, 3, top_k=0)
+        generate(m, start, 3, top_k=0)
 
 
 def test_adaptive_head_gives_log_probabilities_and_their_cross_entropy():
@@ -93,10 +94,9 @@ def test_adaptive_head_gives_log_probabilities_and_their_cross_entropy():
     assert torch.equal(m.id_rank[order], torch.arange(50))  # the most frequent id has rank 0
     idx, targets = torch.randint(0, 50, (2, 3, 10))
     targets[0, :4] = -1  # not scored
-    logp, _ = m(idx)  # (3, 10, 50)
+    logp = m(idx)  # (3, 10, 50)
     torch.testing.assert_close(logp.exp().sum(-1), torch.ones(3, 10))
-    none, loss = m(idx, targets)
-    assert none is None  # training does not pay for the full distribution
+    loss = m.loss(idx, targets)  # from the targets' clusters only: training does not pay for the full distribution
     torch.testing.assert_close(loss, F.cross_entropy(logp.view(-1, 50), targets.view(-1), ignore_index=-1))
     assert "id_rank" in m.state_dict()  # the order travels with the checkpoint
     rare = int(order[-1])  # a tail-cluster id gets its probability through the cluster
@@ -105,10 +105,22 @@ def test_adaptive_head_gives_log_probabilities_and_their_cross_entropy():
         m.set_token_counts(torch.ones(49))
 
 
-def test_adaptive_cutoffs_past_the_vocabulary_fall_back_to_the_tied_head():
-    assert tiny(head="adaptive", head_cutoffs=(30, 60)).cfg.head_cutoffs == (30,)
-    m = tiny(head="adaptive", head_cutoffs=(50, 60))  # nothing left to cut: a small BPE vocabulary
+def test_the_head_is_decided_for_the_vocabulary_before_the_model_and_said(caplog):
+    asked = {"head": "adaptive", "head_cutoffs": [30, 60]}
+    with caplog.at_level("INFO", logger="model.gpt"):
+        assert head_for_vocabulary(asked, 50) == {"head": "adaptive", "head_cutoffs": [30]}
+        assert "[60] are not below the vocabulary of 50" in caplog.text
+        small = head_for_vocabulary({"head": "adaptive", "head_cutoffs": [50, 60]}, 50)  # a small BPE vocabulary
+        assert small == {"head": "tied", "head_cutoffs": []} and "model.head=tied" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="model.gpt"):
+        assert head_for_vocabulary(small, 50) == small and head_for_vocabulary({"head": "adaptive"}, 5000) == {
+            "head": "adaptive"}  # decided already, or nothing to decide: said nothing
+    assert caplog.text == ""
+    m = tiny(**small)
     assert m.cfg.head == "tied" and m.lm_head.weight is m.wte.weight
+    with pytest.raises(ValueError, match="below vocab_size 50"):  # never changed silently
+        tiny(head="adaptive", head_cutoffs=(30, 60))
     with pytest.raises(ValueError, match="increasing"):
         tiny(head="adaptive", head_cutoffs=(30, 20))
     with pytest.raises(ValueError, match="unknown head"):

@@ -16,11 +16,13 @@ from data.verse.rhyme import level_tone_table, rhyme_groups
 from data.verse.script import corpus_to_script
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
-from model.inspection.evaluation import sample_requests, validation_metrics
+from model.inspection.evaluation import sample_requests
 from model.inspection.poem_metrics import plan_match
 from model.sampling.decoding import PlanGrammar
 from model.sampling.poems import SamplingOptions, plan_grammar, poem_boundaries, read_plans, sample_ids, sample_poems
+from model.sampling.decoding import sampler
 from model.training.lit import LitGPT, load_for_inference
+from model.training.validation import validation_metrics
 from tests.conftest import POEMS
 
 SIMPLIFIED = corpus_to_script(POEMS, "simplified")
@@ -125,12 +127,9 @@ def test_per_position_nats_sum_to_the_mean_loss(head):
     m = GPT(GPTConfig(vocab_size=60, block_size=8, n_layer=1, n_head=2, n_embd=16, head=head, head_cutoffs=(20,)))
     x, y = torch.randint(0, 60, (3, 8)), torch.randint(0, 60, (3, 8))
     y[0, :3] = IGNORE
-    _, mean = m(x, y)
-    _, nats = m(x, y, reduction="none")
+    mean, nats = m.loss(x, y), m.nats(x, y)
     assert nats.shape == (3, 8) and (nats[0, :3] == 0).all() and (nats[y != IGNORE] > 0).all()
     torch.testing.assert_close(nats.sum() / (y != IGNORE).sum(), mean)
-    with pytest.raises(ValueError, match="reduction"):
-        m(x, y, reduction="sum")
 
 
 def test_val_bpc_counts_the_plan_nats_over_the_same_characters(tiny_corpus, tmp_path):
@@ -143,7 +142,7 @@ def test_val_bpc_counts_the_plan_nats_over_the_same_characters(tiny_corpus, tmp_
     total = text = 0.0
     with torch.no_grad():
         for x, y in dm.val_dataloader():
-            logits, _ = lit.gpt(x)
+            logits = lit.gpt(x)
             nats = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="none")
             total += nats.sum().item()
             text += nats[(y.flatten() != IGNORE) & (y.flatten() < tok.plan_start)].sum().item()
@@ -168,11 +167,11 @@ def test_the_grammar_puts_a_form_then_a_rhyme_after_bos_and_plan_tokens_nowhere_
 
 def test_free_sampling_draws_the_plan_first_and_never_shows_it(lit):
     tok, ids = lit.tokenizer, plan_ids(lit.tokenizer)
-    rows = sample_ids(lit, SamplingOptions(num_samples=40, max_new_tokens=30, temperature=1.0, top_k=None))
+    rows = sample_ids(lit.engine, SamplingOptions(num_samples=40, max_new_tokens=30, temperature=1.0, top_k=None))
     assert set(rows[:, 1].tolist()) <= set(ids.forms.values()) and len(set(rows[:, 1].tolist())) > 2
     assert set(rows[:, 2].tolist()) <= {*ids.rhymes.values(), ids.none}
     assert not (rows[:, 3:] >= tok.plan_start).any()  # no plan token after the plan
-    poems = sample_poems(lit, SamplingOptions(num_samples=40, max_new_tokens=30, temperature=1.0, top_k=None))
+    poems = sample_poems(lit.engine, SamplingOptions(num_samples=40, max_new_tokens=30, temperature=1.0, top_k=None))
     assert poems == [tok.decode(row[3:].tolist()) for row in rows] and not any("<" in p for p in poems)
     assert read_plans(tok, rows)[0] == ids.read(rows[0].tolist()) and read_plans(plan_lit(plan=False).tokenizer,
                                                                                   rows[:, :1]) is None
@@ -180,7 +179,7 @@ def test_free_sampling_draws_the_plan_first_and_never_shows_it(lit):
 
 def test_a_prompt_follows_the_drawn_plan(lit):
     tok = lit.tokenizer
-    rows = sample_ids(lit, SamplingOptions(prompt="床前明月光", num_samples=6, max_new_tokens=20))
+    rows = sample_ids(lit.engine, SamplingOptions(prompt="床前明月光", num_samples=6, max_new_tokens=20))
     assert (rows[:, 3:8] == torch.tensor(tok.encode("床前明月光"))).all()
     assert all(tok.is_plan(i) for i in rows[:, 1:3].flatten().tolist())
 
@@ -188,14 +187,14 @@ def test_a_prompt_follows_the_drawn_plan(lit):
 def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem(lit):
     tok, ids = lit.tokenizer, plan_ids(lit.tokenizer)
     opts = SamplingOptions(num_samples=20, max_new_tokens=30, seed=3, form="wujue", rhyme=True, control="soft")
-    rows = sample_ids(lit, opts)
+    rows = sample_ids(lit.engine, opts)
     assert (rows[:, 1] == ids.forms["wujue"]).all() and set(rows[:, 2].tolist()) <= set(ids.rhymes.values())
     start = torch.tensor([[tok.bos_id, ids.forms["wujue"]]] * 20)
     gen = torch.Generator().manual_seed(3)
-    steps = lit.gpt.generate_stream(start, 30, 0.8, 200, None, tok.eos_id, gen, True,
-                                    [poem_boundaries(tok), plan_grammar(tok, real_rhymes=True)])
+    steps = lit.engine.stream(start, 30, sampler(0.8, 200, None, gen), tok.eos_id, True,
+                              [poem_boundaries(tok), plan_grammar(tok, real_rhymes=True)])
     assert torch.equal(rows, torch.cat([start, *steps], dim=1))  # only the poem rules and the plan grammar
-    assert sum(form_of(p) == "wujue" for p in sample_poems(lit, opts)) < 5  # untrained: the plan alone is no form
+    assert sum(form_of(p) == "wujue" for p in sample_poems(lit.engine, opts)) < 5  # untrained: the plan alone is no form
 
 
 @pytest.mark.parametrize("control", ["hard", "both"])
@@ -203,7 +202,7 @@ def test_hard_control_keeps_the_form_and_rhymes_in_the_plan_group(lit, control):
     tok, ids = lit.tokenizer, plan_ids(lit.tokenizer)
     opts = SamplingOptions(num_samples=60, max_new_tokens=40, temperature=1.0, top_k=None, form="wujue",
                            rhyme=True, control=control)
-    rows = sample_ids(lit, opts)
+    rows = sample_ids(lit.engine, opts)
     poems, plans = [tok.decode(r.tolist()) for r in rows], read_plans(tok, rows)
     assert [form_of(p) for p in poems] == ["wujue"] * 60 and all(poem_rhyme_groups(p, "simplified") for p in poems)
     drawn = [p for p in plans if p["rhyme"]]
@@ -220,7 +219,7 @@ def test_meter_keeps_the_plan_group_on_a_rhymed_first_line(lit):
     """meter=true (both): the tone patterns hold, the even lines rhyme in the plan's group, and a
     first line ending in a level tone outside that group does so only with a character that is
     also oblique (read as 仄: the first line unrhymed)."""
-    rows = sample_ids(lit, SamplingOptions(num_samples=30, max_new_tokens=40, temperature=1.0, top_k=None,
+    rows = sample_ids(lit.engine, SamplingOptions(num_samples=30, max_new_tokens=40, temperature=1.0, top_k=None,
                                            form="wujue", meter=True))
     poems, plans = [lit.tokenizer.decode(r.tolist()) for r in rows], read_plans(lit.tokenizer, rows)
     for poem, plan in zip(poems, plans):
@@ -233,18 +232,18 @@ def test_meter_keeps_the_plan_group_on_a_rhymed_first_line(lit):
 def test_control_errors_are_one_line_and_early(lit):
     plain = plan_lit(plan=False)
     with pytest.raises(ValueError, match="control=soft needs a model trained with plan tokens"):
-        sample_poems(plain, SamplingOptions(form="wujue", control="soft"))
+        sample_poems(plain.engine, SamplingOptions(form="wujue", control="soft"))
     with pytest.raises(ValueError, match="control=both needs"):
-        sample_poems(plain, SamplingOptions(control="both"))
+        sample_poems(plain.engine, SamplingOptions(control="both"))
     with pytest.raises(ValueError, match="control='firm' is not one of hard, soft, both"):
-        sample_poems(lit, SamplingOptions(control="firm"))
+        sample_poems(lit.engine, SamplingOptions(control="firm"))
     with pytest.raises(ValueError, match="acrostic and meter are masks"):
-        sample_poems(lit, SamplingOptions(form="wujue", meter=True, control="soft"))
+        sample_poems(lit.engine, SamplingOptions(form="wujue", meter=True, control="soft"))
     with pytest.raises(ValueError, match="unknown form 'sonnet'"):
-        sample_poems(lit, SamplingOptions(form="sonnet", control="soft"))
+        sample_poems(lit.engine, SamplingOptions(form="sonnet", control="soft"))
     with pytest.raises(ValueError, match="needs up to 67"):  # 七律: 64 tokens, <eos>, two plan tokens to draw
-        sample_poems(lit, SamplingOptions(form="qilv", control="hard", max_new_tokens=66))
-    assert len(sample_poems(lit, SamplingOptions(form="qilv", max_new_tokens=66))) == 1  # both: the form is given
+        sample_poems(lit.engine, SamplingOptions(form="qilv", control="hard", max_new_tokens=66))
+    assert len(sample_poems(lit.engine, SamplingOptions(form="qilv", max_new_tokens=66))) == 1  # both: the form is given
 
 
 @pytest.mark.parametrize("block_size, fills", [(72, 1), (64, 2)])
@@ -254,8 +253,8 @@ def test_a_qilv_with_its_plan_fits_block_72_without_cropping(block_size, fills, 
     lit = plan_lit(block_size=block_size)
     made = []
     new_cache = lit.gpt.new_cache
-    monkeypatch.setattr(lit.gpt, "new_cache", lambda: made.append(1) or new_cache())
-    rows = sample_ids(lit, SamplingOptions(num_samples=2, max_new_tokens=70, form="qilv", rhyme=True))
+    monkeypatch.setattr(lit.gpt, "new_cache", lambda *keep: made.append(1) or new_cache(*keep))
+    rows = sample_ids(lit.engine, SamplingOptions(num_samples=2, max_new_tokens=70, form="qilv", rhyme=True))
     assert rows.shape[1] == 68 and (rows[:, -1] == lit.tokenizer.eos_id).all()
     assert [form_of(lit.tokenizer.decode(r.tolist())) for r in rows] == ["qilv"] * 2 and len(made) == fills
 
@@ -266,7 +265,7 @@ def test_an_old_checkpoint_without_plan_tokens_loads_and_samples(tmp_path):
     torch.save({"hyper_parameters": dict(plain.hparams), "state_dict": plain.state_dict()}, path)
     lit = load_for_inference(path)
     assert lit.tokenizer.plan == () and "plan" not in lit.hparams.tokenizer
-    assert [form_of(p) for p in sample_poems(lit, SamplingOptions(num_samples=2, form="wujue"))] == ["wujue"] * 2
+    assert [form_of(p) for p in sample_poems(lit.engine, SamplingOptions(num_samples=2, form="wujue"))] == ["wujue"] * 2
 
 
 def test_soft_sets_only_for_plan_models():

@@ -158,7 +158,7 @@ def test_ckpt_path_last_or_a_run_folder_means_its_last_ckpt(tmp_path):
     ("model.n_layer=3", "model.n_layer: checkpoint 2, asked 3 "),
     ("model.block_size=32", "model.block_size: checkpoint 16, asked 32 "),
     ("data.num_workers=2", "data.num_workers: checkpoint 0, asked 2 "),
-    ("data.verse.script=traditional", "data.verse.script: checkpoint simplified, asked traditional "),
+    ("data.script=traditional", "data.script: checkpoint simplified, asked traditional "),
 ])
 def test_resuming_with_another_shape_or_vocabulary_stops_in_one_line(uninterrupted, tmp_path, monkeypatch,
                                                                     override, message):

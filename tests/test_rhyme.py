@@ -41,8 +41,8 @@ def test_rhyme_refuses_an_oblique_character_that_only_a_merge_made_level(script)
                  CharTokenizer.from_texts(texts).state_dict(), script=script).eval()
     opts = dict(form="wujue", rhyme=True, num_samples=1)
     with pytest.raises(ValueError, match="level-tone rhyme"):  # was accepted through 闇 (下平聲十三覃)
-        sample_poems(lit, SamplingOptions(prompt="白日依山尽，黄河入海暗。", **opts))
-    [poem] = sample_poems(lit, SamplingOptions(prompt="白日依山尽，黄河入海流。", **opts))
+        sample_poems(lit.engine, SamplingOptions(prompt="白日依山尽，黄河入海暗。", **opts))
+    [poem] = sample_poems(lit.engine, SamplingOptions(prompt="白日依山尽，黄河入海流。", **opts))
     assert poem.startswith(corpus_to_script(["白日依山盡，黃河入海流。"], script)[0])
 
 

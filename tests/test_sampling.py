@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from model.attention import BACKENDS, CausalSelfAttention, KVCache
 from model.gpt import GPT, GPTConfig
 from model.sampling.decoding import PoemBoundaries, RepetitionPenalty, next_token, top_k_filter, top_p_filter
+from tests.conftest import generate
 
 
 def tiny(block_size=80, **kw):
@@ -20,13 +21,13 @@ def tiny(block_size=80, **kw):
 def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend, options):
     m = tiny(attention=backend, **options)
     start = torch.randint(0, 60, (3, 5), generator=torch.Generator().manual_seed(1))
-    cached = m.generate(start, 64, temperature=0, use_cache=True)
-    assert torch.equal(cached, m.generate(start, 64, temperature=0, use_cache=False))
+    cached = generate(m, start, 64, temperature=0, use_cache=True)
+    assert torch.equal(cached, generate(m, start, 64, temperature=0, use_cache=False))
     assert cached.shape == (3, 69)
-    full, _ = m(cached[:, :-1])  # (3, 68, V): every position at once, no cache
+    full = m(cached[:, :-1])  # (3, 68, V): every position at once, no cache
     cache = m.new_cache()
-    steps = [m(cached[:, :5], cache=cache)[0]]  # the prompt, then one token at a time
-    steps += [m(cached[:, t:t + 1], cache=cache)[0] for t in range(5, 68)]
+    steps = [m(cached[:, :5], cache=cache)]  # the prompt, then one token at a time
+    steps += [m(cached[:, t:t + 1], cache=cache) for t in range(5, 68)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
 
 
@@ -57,37 +58,37 @@ def test_sdpa_is_causal_aligns_top_left_so_it_is_wrong_for_decoding():
 def test_long_prompts_and_generations_are_cropped_to_block_size(use_cache):
     m = tiny(block_size=16)
     prompt = torch.randint(0, 60, (2, 40), generator=torch.Generator().manual_seed(2))  # > block_size
-    out = m.generate(prompt, 50, temperature=1.0, use_cache=use_cache, generator=torch.Generator().manual_seed(0))
+    out = generate(m, prompt, 50, temperature=1.0, use_cache=use_cache, generator=torch.Generator().manual_seed(0))
     assert out.shape == (2, 90) and torch.equal(out[:, :40], prompt)
     # the last 16 tokens alone give the same first token: the model saw only them
-    first = m.generate(prompt[:, -16:], 1, temperature=0, use_cache=use_cache)[:, -1]
-    assert torch.equal(m.generate(prompt, 1, temperature=0, use_cache=use_cache)[:, -1], first)
+    first = generate(m, prompt[:, -16:], 1, temperature=0, use_cache=use_cache)[:, -1]
+    assert torch.equal(generate(m, prompt, 1, temperature=0, use_cache=use_cache)[:, -1], first)
 
 
 def test_cache_refill_keeps_the_recent_half():
     m = tiny(block_size=16)
     start = torch.randint(0, 60, (2, 3), generator=torch.Generator().manual_seed(3))
-    out = m.generate(start, 30, temperature=0)  # passes block_size twice: two refills
-    no_cache = m.generate(start, 13, temperature=0, use_cache=False)  # up to 16 tokens: identical
+    out = generate(m, start, 30, temperature=0)  # passes block_size twice: two refills
+    no_cache = generate(m, start, 13, temperature=0, use_cache=False)  # up to 16 tokens: identical
     assert torch.equal(out[:, :16], no_cache)
     # the token after a refill is what the model says from the last block_size // 2 tokens
-    torch.testing.assert_close(out[:, 17], m(out[:, 9:17])[0][:, -1].argmax(-1))
+    torch.testing.assert_close(out[:, 17], m(out[:, 9:17])[:, -1].argmax(-1))
 
 
 def test_temperature_zero_is_greedy_and_top_k_one_equals_it():
     m = tiny()
     start = torch.zeros(4, 1, dtype=torch.long)
-    greedy = m.generate(start, 20, temperature=0)
-    assert torch.equal(greedy, m.generate(start, 20, temperature=0))
-    top1 = m.generate(start, 20, temperature=1.3, top_k=1, generator=torch.Generator().manual_seed(9))
+    greedy = generate(m, start, 20, temperature=0)
+    assert torch.equal(greedy, generate(m, start, 20, temperature=0))
+    top1 = generate(m, start, 20, temperature=1.3, top_k=1, generator=torch.Generator().manual_seed(9))
     assert torch.equal(top1, greedy)
-    assert torch.equal(m.generate(start, 20, temperature=0, top_k=5, top_p=0.5), greedy)
+    assert torch.equal(generate(m, start, 20, temperature=0, top_k=5, top_p=0.5), greedy)
 
 
 def test_seeded_batches():
     m = tiny()
     start = torch.zeros(6, 1, dtype=torch.long)
-    draw = lambda seed: m.generate(start, 15, temperature=1.0, top_p=0.95, generator=torch.Generator().manual_seed(seed))
+    draw = lambda seed: generate(m, start, 15, temperature=1.0, top_p=0.95, generator=torch.Generator().manual_seed(seed))
     a, b, c = draw(3), draw(3), draw(4)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert len({tuple(r) for r in a.tolist()}) > 1  # the rows of one batch differ
@@ -97,7 +98,7 @@ def test_seeded_batches():
                                        ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")])
 def test_bad_sampling_arguments_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
-        next(tiny().generate_stream(torch.zeros(1, 1, dtype=torch.long), 3, **kw))
+        generate(tiny(), torch.zeros(1, 1, dtype=torch.long), 3, **kw)
 
 
 def test_top_k_is_clamped_to_the_vocabulary():
@@ -122,7 +123,7 @@ def test_non_finite_logits_raise_instead_of_sampling():
     with torch.no_grad():
         m.wte.weight[7, 0] = float("nan")  # tied to lm_head: every logit of token 7 is NaN
     with pytest.raises(ValueError, match="non-finite"):
-        m.generate(torch.zeros(1, 1, dtype=torch.long), 3)
+        generate(m, torch.zeros(1, 1, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="no token is allowed"):
         next_token(torch.full((2, 5), -math.inf), temperature=1.0)
 
@@ -142,7 +143,7 @@ def test_cache_takes_the_dtype_of_the_keys_under_autocast():
     m = tiny()
     start = torch.zeros(2, 1, dtype=torch.long)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = m.generate(start, 8, temperature=0)
+        out = generate(m, start, 8, temperature=0)
         cache = m.new_cache()
         m(out, cache=cache)
     assert out.shape == (2, 9) and cache[0].k.dtype == torch.bfloat16 and cache[0].length == 9
@@ -182,7 +183,7 @@ def test_a_processor_that_produces_nan_stops_generate(temperature):
         return logits * float("nan")
 
     with pytest.raises(ValueError, match="NaN or \\+inf"):  # was [[0, 0, 0, 0]] at temperature 0: an empty poem
-        m.generate(torch.zeros(1, 1, dtype=torch.long), 3, temperature=temperature, processors=[broken])
+        generate(m, torch.zeros(1, 1, dtype=torch.long), 3, temperature=temperature, processors=[broken])
 
 
 def test_a_temperature_that_overflows_the_logits_is_refused():

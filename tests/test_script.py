@@ -30,12 +30,12 @@ def lit(script, kind, ranks):
 def test_text_already_in_the_model_script_is_not_altered(kind, ranks):
     traditional = lit("traditional", kind, ranks)
     for line in LINES:  # s2t gave 萬裏長徵人未還 and 餘亦能高詠
-        assert traditional.to_model_text(line) == line
-    assert traditional.to_model_text("万里长征人未还.") == "萬里長征人未還。"  # simplified in: converted
+        assert traditional.engine.to_model_text(line) == line
+    assert traditional.engine.to_model_text("万里长征人未还.") == "萬里長征人未還。"  # simplified in: converted
     simplified = lit("simplified", kind, ranks)
-    assert simplified.to_model_text("万里长征人未还。") == "万里长征人未还。"
-    assert simplified.to_model_text("萬里長征人未還。") == "万里长征人未还。"
-    assert simplified.to_model_text("余亦能高咏，") == "余亦能高咏，"
+    assert simplified.engine.to_model_text("万里长征人未还。") == "万里长征人未还。"
+    assert simplified.engine.to_model_text("萬里長征人未還。") == "万里长征人未还。"
+    assert simplified.engine.to_model_text("余亦能高咏，") == "余亦能高咏，"
 
 
 def test_without_the_model_characters_only_characters_foreign_to_the_script_change():

@@ -174,8 +174,8 @@ def test_flash_with_dropout_on_cpu_stops_before_any_work(train_cfg, tmp_path):
 
 def test_resuming_from_another_vocabulary_is_refused(trained, train_cfg):
     ckpt = trained[2] / "checkpoints" / "test" / "last.ckpt"
-    cfg = train_cfg("data.verse.script=traditional", "logger=none", f"ckpt_path={ckpt}")
-    with pytest.raises(ValueError, match="data.verse.script: checkpoint simplified, asked traditional .*another vocabulary"):
+    cfg = train_cfg("data.script=traditional", "logger=none", f"ckpt_path={ckpt}")
+    with pytest.raises(ValueError, match="data.script: checkpoint simplified, asked traditional .*another vocabulary"):
         train_script.train(cfg)
 
 
@@ -327,7 +327,7 @@ def test_attention_map_text_with_bad_code_points_is_named(trained):
 
     lit = load_for_inference(trained[2] / "checkpoints" / "test" / "last.ckpt")
     with pytest.raises(ValueError, match="^text: 1 code point.*U\\+D800"):
-        lit.encode_line("床\ud800", "text")
+        lit.engine.encode_line("床\ud800", "text")
 
 
 def test_the_end_of_training_logs_the_evaluation_table(trained):

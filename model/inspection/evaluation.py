@@ -12,21 +12,16 @@ often a poem keeps its plan).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
-import lightning as L
-from lightning.pytorch.utilities.warnings import PossibleUserWarning
-
 from data.corpus_io import heldout_poems
-from data.datamodule import PoetryDataModule
-from data.verse.poetry import FORMS
 from data.tokenizer import CharTokenizer
+from data.verse.poetry import FORMS
+from model.engine import Engine
 from model.inspection.poem_metrics import FORM_NAMES, poem_metrics, training_lines
 from model.sampling.poems import SamplingOptions, read_plans, sample_ids
-from model.training.lit import LitGPT
 
 SET_KINDS = ("free", "form", "rhyme", "meter", "soft")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
@@ -61,7 +56,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     return requests
 
 
-def sample_planned_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict]
+def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict]
                         ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None]]:
     """(set name → `base.num_samples` poems sampled with `base` updated by the request's fields,
     set name → the plans they were sampled with, `model.sampling.poems.read_plans`: None for a
@@ -69,15 +64,15 @@ def sample_planned_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, 
     raises as `model.sampling.poems.stream_poems`."""
     poems, plans = {}, {}
     for name, fields in requests.items():
-        rows = sample_ids(lit, replace(base, **fields))  # (B, T)
-        poems[name] = [lit.tokenizer.decode(row.tolist()) for row in rows]
-        plans[name] = read_plans(lit.tokenizer, rows)
+        rows = sample_ids(engine, replace(base, **fields))  # (B, T)
+        poems[name] = [engine.tokenizer.decode(row.tolist()) for row in rows]
+        plans[name] = read_plans(engine.tokenizer, rows)
     return poems, plans
 
 
-def sample_sets(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
+def sample_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
     """The poems of `sample_planned_sets`. raises as `model.sampling.poems.stream_poems`."""
-    return sample_planned_sets(lit, base, requests)[0]
+    return sample_planned_sets(engine, base, requests)[0]
 
 
 def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
@@ -103,46 +98,31 @@ def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_
                for name, poems in samples.items()}}
 
 
-def sample_and_measure(lit: LitGPT, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
+def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
                        n_reference: int) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict],
                                                   dict[str, float]]:
     """`sample_planned_sets`, then `evaluation_rows` with the first n_reference held-out poems,
     the model in eval mode meanwhile → (poems per set, plans per set, rows, seconds spent
     {"sampling", "metrics"}). raises as `model.sampling.poems.stream_poems`; FileNotFoundError
     if the corpus is missing."""
-    script = lit.hparams.script
+    script, model = engine.script, engine.model
     start = time.perf_counter()
-    was_training = lit.training
-    lit.eval()
+    was_training = model.training
+    model.eval()
     try:
-        samples, plans = sample_planned_sets(lit, base, requests)
+        samples, plans = sample_planned_sets(engine, base, requests)
     finally:
-        lit.train(was_training)
+        model.train(was_training)
     sampled = time.perf_counter()
     rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script, plans)
     return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
 
 
-def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: str = "cpu") -> dict[str, float]:
-    """`val/loss` and `val/bpc` of the model by Lightning's `validate` on the data module, so
-    they follow its validation protocol exactly as in training. raises ValueError if the data
-    module's vocabulary is not the model's."""
-    if datamodule.tokenizer.state_dict() != lit.tokenizer.state_dict():
-        raise ValueError("the prepared corpus gives another vocabulary than the checkpoint's; val/bpc needs the "
-                         "data it was trained on (same corpus, script and tokenizer), or val_bpc=false")
-    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PossibleUserWarning)  # few dataloader workers: fine here
-        (metrics,) = trainer.validate(lit, datamodule=datamodule, verbose=False)
-    return {k: float(v) for k, v in metrics.items()}
-
-
-def is_char_model(lit: LitGPT) -> bool:
+def is_char_model(engine: Engine) -> bool:
     """Whether the model's tokenizer is the character one (the poetry controls need it)."""
-    return isinstance(lit.tokenizer, CharTokenizer)
+    return isinstance(engine.tokenizer, CharTokenizer)
 
 
-def is_plan_model(lit: LitGPT) -> bool:
+def is_plan_model(engine: Engine) -> bool:
     """Whether the model was trained with plan tokens (`data.plan_tokens=true`)."""
-    return bool(lit.tokenizer.plan)
+    return bool(engine.tokenizer.plan)

@@ -1,6 +1,6 @@
 """Constrained decoding of poem forms, acrostics (藏头诗), rhyme (押韵) and 格律 (meter).
 
-`PoemConstraint` is a logits processor for `GPT.generate`: at each step it sets to -inf the
+`PoemConstraint` is a logits processor for the engine (`model.engine.Engine.steps`): at each step it sets to -inf the
 logits of every token that would break the requested shape, so 100% of the poems have it:
 - `form` (wujue, qijue, wulv, qilv): each line has the form's number of characters, `，`
   closes the odd lines and `。` the even ones (and the last line, for an odd acrostic), and the poem ends (`<eos>`) after 4 or 8 lines;

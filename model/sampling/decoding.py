@@ -1,17 +1,16 @@
 """Choosing the next token from the model's logits: temperature, top-k, top-p, repetition penalty.
 
-Each step of `GPT.generate` runs: logits processors (constraints, repetition penalty) →
-temperature → top-k → top-p → one draw from the softmax (or the argmax when temperature is 0).
+Each step of the engine (`model.engine.Engine.steps`) runs: logits processors (constraints,
+repetition penalty) → temperature → top-k → top-p → one draw from the softmax (or the argmax when
+temperature is 0): `next_token`, the engine's `draw`.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
-
-LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(idx (B, T) int64 the whole sequence so far, logits (B, vocab_size) float) → logits (B, vocab_size)."""
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -76,6 +75,15 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = Non
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
+
+
+def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+            generator: torch.Generator | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The engine's `draw` for these settings: logits (B, V) → `next_token(logits, temperature,
+    top_k, top_p, generator)`, (B, 1) int64. raises ValueError now for bad settings
+    (`check_sampling_args`), before any step."""
+    check_sampling_args(temperature, top_k, top_p)
+    return partial(next_token, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
 
 
 class RepetitionPenalty:

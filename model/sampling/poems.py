@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from data.tokenizer import Tokenizer
+from model.engine import Engine, LogitsProcessor
 from model.sampling.constraints import PoemConstraint
-from model.training.lit import LitGPT
-from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args
+from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 
 CONTROLS = ("hard", "soft", "both")
 """How `form`/`rhyme` are asked for: masks (hard), plan tokens (soft, plan models only), or both."""
@@ -93,14 +93,14 @@ def resolve_control(control: str | None, has_plan: bool) -> str:
     return control
 
 
-def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
+def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
     """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, n)
     int64 chunks: each drawn token (n = 1), and a prompt that follows a drawn plan (n = its length)).
 
     `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
     mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
     `form` fixes where lines end (module docstring for `control`). The model must be in eval
-    mode for dropout-free sampling (`load_for_inference` gives one).
+    mode for dropout-free sampling (`Engine.load` gives one).
     Every check runs before the first token: raises ValueError for bad sampling arguments or
     control (soft: no acrostic or meter, which are masks), a prompt or acrostic with invalid
     code points, outside the vocabulary, or breaking the form; max_new_tokens too small for the
@@ -109,22 +109,22 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
-    tok, device = lit.tokenizer, lit.device
+    tok, device = engine.tokenizer, engine.device
     ids = plan_ids(tok)
     control = resolve_control(opts.control, ids is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
         raise ValueError("acrostic and meter are masks, not plan tokens: use control=hard or control=both")
     if opts.form is not None and opts.form not in FORMS:
         raise ValueError(f"unknown form {opts.form!r}; choose one of {', '.join(FORMS)}")
-    prompt = lit.to_model_text(opts.prompt, "prompt")
-    acrostic = lit.to_model_text(opts.acrostic, "acrostic")
-    processors: list[Callable] = [poem_boundaries(tok)]
+    prompt = engine.to_model_text(opts.prompt, "prompt")
+    acrostic = engine.to_model_text(opts.acrostic, "acrostic")
+    processors: list[LogitsProcessor] = [poem_boundaries(tok)]
     plan = [ids.forms[opts.form]] if control != "hard" and opts.form else []  # soft form: the prompt's plan
     to_draw = PLAN_SLOTS - len(plan) if ids else 0
     if ids:
         processors.append(plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)))
     if control != "soft" and (opts.form or acrostic or opts.rhyme or opts.meter):
-        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, lit.hparams.script, opts.meter)
+        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, engine.script, opts.meter)
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt) + to_draw
         if opts.max_new_tokens < needed:
@@ -137,14 +137,14 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
         penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
+    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen)
     text = tok.encode(prompt)
     drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
     start = torch.tensor([[tok.bos_id, *plan, *([] if drawn_first else text)]] * opts.num_samples,
                          device=device)  # (B, T0)
 
     def generate(idx: torch.Tensor, n: int) -> Iterator[torch.Tensor]:
-        return lit.gpt.generate_stream(idx, n, opts.temperature, opts.top_k, opts.top_p, tok.eos_id, gen,
-                                       opts.use_cache, processors)
+        return engine.stream(idx, n, draw, tok.eos_id, opts.use_cache, processors)
 
     def steps() -> Iterator[torch.Tensor]:
         drawn = list(generate(start, to_draw))  # to_draw × (B, 1): PoemBoundaries allows no <eos> here
@@ -156,18 +156,18 @@ def stream_poems(lit: LitGPT, opts: SamplingOptions) -> tuple[torch.Tensor, Iter
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
 
 
-def sample_ids(lit: LitGPT, opts: SamplingOptions) -> torch.Tensor:
+def sample_ids(engine: Engine, opts: SamplingOptions) -> torch.Tensor:
     """`opts.num_samples` sequences sampled in one batch: (B, T) int64 ids from `<bos>` (plan
     and prompt included; rows that ended early padded with `<eos>`). raises as `stream_poems`."""
-    start, steps = stream_poems(lit, opts)
+    start, steps = stream_poems(engine, opts)
     return torch.cat([start, *steps], dim=1)  # (B, T0 + n)
 
 
-def sample_poems(lit: LitGPT, opts: SamplingOptions) -> list[str]:
+def sample_poems(engine: Engine, opts: SamplingOptions) -> list[str]:
     """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks,
     no plan tokens). The same options and seed give the same poems. raises as `stream_poems`.
     """
-    return [lit.tokenizer.decode(row.tolist()) for row in sample_ids(lit, opts)]
+    return [engine.tokenizer.decode(row.tolist()) for row in sample_ids(engine, opts)]
 
 
 def read_plans(tok: Tokenizer, rows: torch.Tensor) -> list[dict[str, str | None]] | None:

@@ -87,7 +87,7 @@ class AttentionMapLogger(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Encode the probes (raising now for bad ones) and measure the baselines."""
         start = time.perf_counter()
-        self._probes = [pl_module.encode_line(text, f"callbacks.attention_maps.probe_lines[{p}]")
+        self._probes = [pl_module.engine.encode_line(text, f"callbacks.attention_maps.probe_lines[{p}]")
                         for p, text in enumerate(self.probe_lines)]  # [(ids (1, T), tokens)]
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
@@ -168,7 +168,7 @@ class SampleLogger(L.Callback):
         if trainer.sanity_checking or (logger := _wandb(trainer)) is None:
             return
         with _eval_mode(pl_module.gpt):
-            self.poems = sample_poems(pl_module, self.options)
+            self.poems = sample_poems(pl_module.engine, self.options)
         self.rows += [[trainer.global_step, poem] for poem in self.poems]
         logger.log_text(key="samples", columns=["step", "poem"], data=self.rows, step=trainer.global_step)
 
@@ -201,11 +201,11 @@ class PoemEvaluationLogger(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (logger := _wandb(trainer)) is None:
             return
-        start = time.perf_counter()
-        requests = sample_requests(self.sets, self.forms, is_char_model(pl_module), is_plan_model(pl_module))
+        start, engine = time.perf_counter(), pl_module.engine
+        requests = sample_requests(self.sets, self.forms, is_char_model(engine), is_plan_model(engine))
         rank_zero_info(f"evaluating the model's poems: {self.options.num_samples} per set, {len(requests)} sets "
                        f"(callbacks.evaluation; '~callbacks.evaluation' turns it off)")
-        _, _, rows, _ = sample_and_measure(pl_module, self.options, requests, self.corpus_path, self.reference)
+        _, _, rows, _ = sample_and_measure(engine, self.options, requests, self.corpus_path, self.reference)
         self.seconds = time.perf_counter() - start
         rank_zero_info(f"evaluated in {self.seconds:.1f} s (eval/poems, eval/seconds)")
         step = trainer.global_step

@@ -18,7 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from data.tokenizer import SPECIALS
-from model.training.lit import latest_checkpoint
+from model.engine import latest_checkpoint
 
 FREE_ON_RESUME = ("dropout", "attention")
 """GPTConfig fields a resumed run may change; every other one shapes the network."""
@@ -94,13 +94,13 @@ def check_same_workers(ckpt: Mapping, num_workers: int, path: Path) -> None:
 
 
 def check_same_vocabulary(ckpt: Mapping, tokenizer: Mapping, script: str, path: Path) -> None:
-    """raises ValueError naming the first of tokenizer.kind, data.verse.script, tokenizer.encoding
+    """raises ValueError naming the first of tokenizer.kind, data.script, tokenizer.encoding
     and the vocabulary (tokenizer `state_dict()`s) that differs between checkpoint `ckpt`
     and this run, with both values."""
     saved = ckpt["hyper_parameters"]
     theirs = {"kind": "char", **saved["tokenizer"]}  # older checkpoints' states have no kind
     fields = {"tokenizer.kind": (theirs["kind"], tokenizer["kind"]),
-              "data.verse.script": (saved.get("script", "simplified"), script),
+              "data.script": (saved.get("script", "simplified"), script),
               "tokenizer.encoding": (theirs.get("name"), tokenizer.get("name"))}
     differ = [f"{key}: checkpoint {a}, asked {b}" for key, (a, b) in fields.items() if a != b]
     (old, n_old), (new, n_new) = _vocabulary(theirs), _vocabulary(tokenizer)

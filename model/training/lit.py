@@ -8,8 +8,9 @@ in the nats, not in the characters; a BPE token counts the characters it begins,
 value is comparable between tokenizers). A NaN in validation stays NaN in both. Everything
 logged at one validation is logged at `global_step` (the steps trained so far, the step of
 the checkpoint names and the attention images). The tokenizer travels in every checkpoint, so a
-checkpoint is enough to sample (`load_for_inference`; a tiktoken model also needs its
-encoding, from tiktoken's cache or the ranks file it was trained with).
+checkpoint is enough to sample (`model.engine.Engine.load`, or `load_for_inference` for the
+LightningModule; a tiktoken model also needs its encoding, from tiktoken's cache or the ranks
+file it was trained with). Inference goes through the engine the module holds (`engine`).
 
 With plan tokens (`data/verse/plan.py`, `data.plan_tokens=true`) their predictions count in
 `val/bpc`'s nats too, over the same poem characters, so it stays comparable with models
@@ -23,14 +24,14 @@ import time
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import Timer
 import torch
+from lightning.pytorch.callbacks import Timer
 from torchmetrics import SumMetric
 
 from data.datamodule import IGNORE
-from data.verse.script import prompt_to_script, variants
-from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
-from model.gpt import GPT, GPTConfig
+from data.tokenizer import tokenizer_from_state
+from model.engine import Engine, read_checkpoint
+from model.gpt import GPT, GPTConfig, head_for_vocabulary
 from model.training.muon import MuonAdamW
 
 
@@ -47,58 +48,23 @@ class NonFiniteLossError(ValueError):
 
 
 class LitGPT(L.LightningModule):
-    """model: GPTConfig fields except vocab_size; optim: lr, weight_decay, betas,
-    warmup_steps, min_lr_ratio; tokenizer: its `state_dict()`; script: corpus script."""
+    """model: GPTConfig fields except vocab_size, the head decided for the vocabulary
+    (`model.gpt.head_for_vocabulary`, applied again here for checkpoints from before it: a no-op
+    otherwise); optim: lr, weight_decay, betas, warmup_steps, min_lr_ratio; tokenizer: its
+    `state_dict()`; script: corpus script. `engine`: the inference engine around the model."""
 
     def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified"):
         super().__init__()
         self.save_hyperparameters(logger=False)  # into checkpoints; train.py logs the Hydra config instead
         self.tokenizer = tokenizer_from_state(tokenizer)
-        self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
+        self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size,
+                                 **head_for_vocabulary(model, self.tokenizer.vocab_size)))
+        self.engine = Engine(self.gpt, self.tokenizer, script)
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
         self._last_step_time: float | None = None
         self.val_text_nats = SumMetric(nan_strategy="disable")  # nats of the non-plan predictions: `val/bpc_text`
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
-        return self.gpt(idx, targets)
-
-    def to_model_text(self, text: str, option: str = "text") -> str:
-        """A user's text (either script) → the model's script; every text entering the product
-        passes here. Checks the code points (`data.tokenizer.check_code_points`), converts only
-        what is not already in the model's script (`data.verse.script.prompt_to_script`, with the
-        characters the model was trained on), and checks the vocabulary.
-
-        option: the text's name in messages (`prompt`, `acrostic`, ...). raises
-        InvalidCodePointsError, UnknownCharactersError naming the option and the characters
-        still outside the vocabulary, with the in-vocabulary variants OpenCC knows for them.
-        """
-        script, tok = self.hparams.script, self.tokenizer
-        text = prompt_to_script(check_code_points(text, option), script, tok.known_characters)
-        if unknown := tok.unknown(text):
-            hints = {c: sorted({v for v in (prompt_to_script(v, script, tok.known_characters) for v in variants(c))
-                                if not tok.unknown(v)}) for c in unknown}
-            said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items() if v)
-            raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
-        return text
-
-    def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
-        """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
-        module's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
-
-        option: the text's name in messages. raises as `to_model_text`; ValueError if the text
-        is empty or T exceeds the model's block_size.
-        """
-        if not text:
-            raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
-        text = self.to_model_text(text, option)
-        ids = self.tokenizer.encode(text, bos=True)
-        if len(ids) > self.gpt.cfg.block_size:
-            raise ValueError(f"{option} has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
-                             f"than the model's block_size {self.gpt.cfg.block_size}. Use a shorter text.")
-        return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
 
     def setup(self, stage: str) -> None:
         """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
@@ -110,7 +76,7 @@ class LitGPT(L.LightningModule):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
         raises NonFiniteLossError at the first NaN or infinite loss, before its backward pass."""
         x, y = batch  # (B, T), (B, T)
-        _, loss = self.gpt(x, y)
+        loss = self.gpt.loss(x, y)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(self.global_step, loss.item(), self.trainer.precision, self.hparams.optim["lr"])
         self.log("train/loss", loss, prog_bar=True)
@@ -127,7 +93,7 @@ class LitGPT(L.LightningModule):
         """Accumulates the batch's nats (all, and those of non-plan targets), scored tokens and poem
         characters (targets -1 are not scored)."""
         x, y = batch  # (B, T), (B, T)
-        _, nats = self.gpt(x, y, reduction="none")  # (B, T) nats per position, 0 where not scored
+        nats = self.gpt.nats(x, y)  # (B, T) nats per position, 0 where not scored
         scored = y != IGNORE  # (B, T)
         self.val_nats.update(nats.sum())
         self.val_tokens.update(scored.sum())
@@ -210,15 +176,6 @@ def lr_factor(step: int, warmup: int, floor: float, progress: float) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def latest_checkpoint(checkpoint_dir: Path) -> Path:
-    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
-    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
-                                "or pass ckpt_path=...")
-    return found[-1]
-
-
 def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu",
                        attention: str | None = None) -> LitGPT:
     """A trained LitGPT from a checkpoint file, in eval mode on `device`.
@@ -226,11 +183,7 @@ def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu"
     attention: override the backend the model was trained with (e.g. 'sdpa').
     raises FileNotFoundError naming the path if it does not exist.
     """
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
-                                "or pass ckpt_path=checkpoints/<run>/last.ckpt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(ckpt_path)
     hp = ckpt["hyper_parameters"]
     if attention is not None:
         hp = {**hp, "model": {**hp["model"], "attention": attention}}

@@ -1,0 +1,192 @@
+"""The inference engine: a trained GPT with its tokenizer and script, as nanochat's `Engine`.
+
+Text in either script becomes the model's (`to_model_text`, `encode_line`), ids come out one
+step at a time (`steps`, `stream`, `generate`), with a KV cache. What is drawn at each step is
+the caller's choice (`draw`: `model.sampling.decoding.next_token` with its temperature, top_k and
+top_p, or `greedy`), and so are the logits processors (constraints, penalties): the engine knows
+nothing of sampling. `steps` also returns, with each drawn token, what a viewer shows beside
+it: the model's probability of it, the tokens the processors allowed, and the attention row of
+every layer and head that predicted it. Loading a checkpoint needs no Lightning (`Engine.load`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points, tokenizer_from_state
+from data.verse.script import prompt_to_script, variants
+from model.gpt import GPT, GPTConfig, head_for_vocabulary
+
+LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(idx (B, T) int64 the whole sequence so far, logits (B, vocab_size) float) → logits (B, vocab_size)."""
+Draw = Callable[[torch.Tensor], torch.Tensor]
+"""logits (B, vocab_size) float, after the processors → the next token of every row, (B, 1) int64."""
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The likeliest token of every row: logits (B, V) → (B, 1) int64."""
+    return logits.argmax(dim=-1, keepdim=True)
+
+
+@dataclass
+class Step:
+    """One drawn token of every row, and what produced it.
+
+    ids: (B, 1) int64; tokens: each row's token as text (`Tokenizer.label`); prob: (B,) float,
+    the model's probability of it (softmax of its logits, before processors and temperature);
+    allowed: (B, V) bool, the tokens the processors left possible (logit not -inf), None without
+    processors; attention: n_layer tensors (B, n_head, L) float, the attention weights of the
+    position whose output predicted the token (the last one fed) over the L positions in context,
+    each row summing to 1 (None unless asked for).
+    """
+    ids: torch.Tensor
+    tokens: list[str]
+    prob: torch.Tensor
+    allowed: torch.Tensor | None = None
+    attention: list[torch.Tensor] | None = None
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> Path:
+    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
+    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
+                                "or pass ckpt_path=...")
+    return found[-1]
+
+
+def read_checkpoint(ckpt_path: str | Path) -> dict:
+    """A checkpoint file as Lightning wrote it (`hyper_parameters`, `state_dict`, ...), tensors
+    memory-mapped on the CPU; only data is read, never code (`weights_only`).
+    raises FileNotFoundError naming the path if it does not exist."""
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
+                                "or pass ckpt_path=checkpoints/<run>/last.ckpt")
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
+class Engine:
+    """model: a GPT in eval mode; tokenizer: its vocabulary; script: the corpus script it was
+    trained on ('simplified' | 'traditional'). The engine holds no weights of its own: the
+    LightningModule holds one around the model it trains."""
+
+    def __init__(self, model: GPT, tokenizer: Tokenizer, script: str = "simplified"):
+        if model.cfg.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
+        self.model, self.tokenizer, self.script = model, tokenizer, script
+
+    @classmethod
+    def load(cls, ckpt_path: str | Path, device: str | torch.device = "cpu", attention: str | None = None) -> Engine:
+        """The engine of a checkpoint file, its model in eval mode on `device`.
+
+        attention: override the backend the model was trained with (e.g. 'sdpa').
+        raises FileNotFoundError naming the path if it does not exist.
+        """
+        ckpt = read_checkpoint(ckpt_path)
+        hp = ckpt["hyper_parameters"]
+        tokenizer = tokenizer_from_state(hp["tokenizer"])
+        fields = {**hp["model"], **({"attention": attention} if attention is not None else {})}
+        model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **head_for_vocabulary(fields, tokenizer.vocab_size)))
+        model.load_state_dict({k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")})
+        return cls(model.to(device).eval(), tokenizer, hp.get("script", "simplified"))
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.wte.weight.device
+
+    def to_model_text(self, text: str, option: str = "text") -> str:
+        """A user's text (either script) → the model's script; every text entering the product
+        passes here. Checks the code points (`data.tokenizer.check_code_points`), converts only
+        what is not already in the model's script (`data.verse.script.prompt_to_script`, with the
+        characters the model was trained on), and checks the vocabulary.
+
+        option: the text's name in messages (`prompt`, `acrostic`, ...). raises
+        InvalidCodePointsError, UnknownCharactersError naming the option and the characters
+        still outside the vocabulary, with the in-vocabulary variants OpenCC knows for them.
+        """
+        script, tok = self.script, self.tokenizer
+        text = prompt_to_script(check_code_points(text, option), script, tok.known_characters)
+        if unknown := tok.unknown(text):
+            hints = {c: sorted({v for v in (prompt_to_script(v, script, tok.known_characters) for v in variants(c))
+                                if not tok.unknown(v)}) for c in unknown}
+            said = ", ".join(f"{c} → {'/'.join(v)}" for c, v in hints.items() if v)
+            raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
+        return text
+
+    def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
+        """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
+        model's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
+
+        option: the text's name in messages. raises as `to_model_text`; ValueError if the text
+        is empty or T exceeds the model's block_size.
+        """
+        if not text:
+            raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
+        text = self.to_model_text(text, option)
+        ids = self.tokenizer.encode(text, bos=True)
+        if len(ids) > self.model.cfg.block_size:
+            raise ValueError(f"{option} has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
+                             f"than the model's block_size {self.model.cfg.block_size}. Use a shorter text.")
+        return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
+
+    @torch.no_grad()
+    def steps(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
+              use_cache: bool = True, processors: Sequence[LogitsProcessor] = (),
+              attention: bool = False) -> Iterator[Step]:
+        """Yield a `Step` for the next token of every row, up to max_new_tokens times.
+
+        idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
+        use_cache (default) each step feeds only the new token and reuses the keys and values
+        of the earlier ones (KV cache); when the cache is full it is re-filled with the last
+        block_size // 2 tokens. Without it every step recomputes the last block_size tokens.
+        Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) → draw.
+        Stops once every row has produced eos_id; a row that ended gets eos_id.
+        attention: fill `Step.attention` (computed explicitly, whatever the backend).
+        raises ValueError for non-finite logits from the model; `draw` raises for what it refuses.
+        """
+        block = self.model.cfg.block_size
+        done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+        cache = self.model.new_cache(attention) if use_cache or attention else None
+        logits = self.model(idx[:, -block:], cache=cache)  # (B, ≤block, vocab_size): the prompt at once
+        for step in range(max_new_tokens):
+            logits = logits[:, -1, :].float()  # (B, vocab_size)
+            if not torch.isfinite(logits).all():
+                raise ValueError("the model produced non-finite logits (NaN or inf); the checkpoint is damaged "
+                                 "or the precision too low")
+            probs = F.softmax(logits, dim=-1)  # (B, vocab_size): the model's own distribution
+            for process in processors:
+                logits = process(idx, logits)
+            nxt = draw(logits)  # (B, 1)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(done[:, None], eos_id)
+                done |= nxt[:, 0] == eos_id
+            idx = torch.cat([idx, nxt], dim=1)
+            yield Step(nxt, [self.tokenizer.label(i) for i in nxt[:, 0].tolist()], probs.gather(1, nxt)[:, 0],
+                       ~torch.isneginf(logits) if processors else None,
+                       [c.weights.float() for c in cache] if attention else None)
+            if (eos_id is not None and done.all()) or step == max_new_tokens - 1:
+                return
+            if not use_cache:  # a fresh cache only to keep the attention rows; else none
+                cache = self.model.new_cache(True) if attention else None
+                logits = self.model(idx[:, -block:], cache=cache)
+            elif cache[0].length < block:
+                logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size)
+            else:  # cache full: start again from the recent half
+                cache = self.model.new_cache(attention)
+                logits = self.model(idx[:, -(block // 2):], cache=cache)
+
+    def stream(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
+               use_cache: bool = True, processors: Sequence[LogitsProcessor] = ()) -> Iterator[torch.Tensor]:
+        """The next token of every row, (B, 1) int64, up to max_new_tokens times (`steps`' ids)."""
+        return (s.ids for s in self.steps(idx, max_new_tokens, draw, eos_id, use_cache, processors))
+
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
+                 use_cache: bool = True, processors: Sequence[LogitsProcessor] = ()) -> torch.Tensor:
+        """Continuations of idx: (B, T0) int64 → (B, T0 + n) with n ≤ max_new_tokens; rows that
+        ended are padded with eos_id. Arguments as `steps`."""
+        return torch.cat([idx, *self.stream(idx, max_new_tokens, draw, eos_id, use_cache, processors)], dim=1)

@@ -1,0 +1,26 @@
+"""`val/loss` and `val/bpc` of a trained model outside training (`evaluate.py`), by the same
+Lightning validation the training runs."""
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+
+from data.datamodule import PoetryDataModule
+from model.training.lit import LitGPT
+
+
+def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: str = "cpu") -> dict[str, float]:
+    """`val/loss` and `val/bpc` of the model by Lightning's `validate` on the data module, so
+    they follow its validation protocol exactly as in training. raises ValueError if the data
+    module's vocabulary is not the model's."""
+    if datamodule.tokenizer.state_dict() != lit.tokenizer.state_dict():
+        raise ValueError("the prepared corpus gives another vocabulary than the checkpoint's; val/bpc needs the "
+                         "data it was trained on (same corpus, script and tokenizer), or val_bpc=false")
+    trainer = L.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PossibleUserWarning)  # few dataloader workers: fine here
+        (metrics,) = trainer.validate(lit, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in metrics.items()}
