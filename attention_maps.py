@@ -19,11 +19,9 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
-
-from data.corpus_io import heldout_poems  # noqa: E402
-from model.attention import check_backend  # noqa: E402
-from model.inspection.attention_stats import (  # noqa: E402
+from data.corpus_io import heldout_poems
+from model.attention import check_backend
+from model.inspection.attention_stats import (
     STATISTICS,
     baseline_statistics,
     head_rows,
@@ -31,10 +29,12 @@ from model.inspection.attention_stats import (  # noqa: E402
     lesson_qk_maps,
     mean_statistics,
 )
-from model.inspection.plots import attention_grid  # noqa: E402
-from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.engine import Engine, latest_checkpoint  # noqa: E402
-from model.gpt import GPT  # noqa: E402
+from model.inspection.plots import attention_grid
+from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.engine import Engine, latest_checkpoint
+from model.gpt import GPT
+
+rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
           "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevsame",

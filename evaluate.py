@@ -25,22 +25,22 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
-
-from model.attention import check_backend  # noqa: E402
-from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.inspection.evaluation import (  # noqa: E402
+from model.attention import check_backend
+from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.inspection.evaluation import (
     is_char_model,
     is_plan_model,
     sample_and_measure,
     sample_requests,
 )
-from model.inspection.poem_metrics import format_table  # noqa: E402
-from model.sampling.decoding import check_sampling_args  # noqa: E402
-from model.sampling.poems import SamplingOptions  # noqa: E402
-from model.engine import latest_checkpoint  # noqa: E402
-from model.training.lit import load_for_inference  # noqa: E402
-from model.training.validation import validation_metrics  # noqa: E402
+from model.inspection.poem_metrics import format_table
+from model.sampling.decoding import check_sampling_args
+from model.sampling.poems import SamplingOptions
+from model.engine import latest_checkpoint
+from model.training.lit import load_for_inference
+from model.training.validation import validation_metrics
+
+rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
 SAMPLING = ("num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "repetition_penalty")
 

@@ -17,14 +17,14 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
+from data.tokenizer import StreamDecoder
+from data.verse.poetry import LINE_END
+from model.attention import check_backend
+from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.engine import Engine, latest_checkpoint
+from model.sampling.poems import SamplingOptions, read_plans, stream_poems
 
-from data.tokenizer import StreamDecoder  # noqa: E402
-from data.verse.poetry import LINE_END  # noqa: E402
-from model.attention import check_backend  # noqa: E402
-from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.engine import Engine, latest_checkpoint  # noqa: E402
-from model.sampling.poems import SamplingOptions, read_plans, stream_poems  # noqa: E402
+rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
 OPTIONS = tuple(SamplingOptions.__dataclass_fields__)
 

@@ -20,10 +20,8 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
-
-from model.cli import exit_on_user_error, quote_non_ascii_overrides  # noqa: E402
-from model.training.checkpoints import (  # noqa: E402
+from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.training.checkpoints import (
     AtomicCheckpointIO,
     check_same_shape,
     check_same_vocabulary,
@@ -31,10 +29,10 @@ from model.training.checkpoints import (  # noqa: E402
     load_checkpoint,
     resolve_ckpt_path,
 )
-from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted  # noqa: E402
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary  # noqa: E402
-from model.training.lit import LitGPT  # noqa: E402
-from model.training.runtime import (  # noqa: E402
+from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary
+from model.training.lit import LitGPT
+from model.training.runtime import (
     check_attention_backend,
     choose_cpu_precision,
     compile_or_eager,
@@ -45,8 +43,11 @@ from model.training.runtime import (  # noqa: E402
     val_check_in_batches,
 )
 
+rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
+
 log = logging.getLogger(__name__)
 PROBE_VOCAB = 8192  # the CPU precision probe times the model's shape with a stand-in vocabulary of this size
+HEAD_FIELDS = ("head", "head_cutoffs")  # decided for the vocabulary (head_for_vocabulary): checked once it is known
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -69,6 +70,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         saved = load_checkpoint(ckpt_path)
+        check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)
         check_same_workers(saved, cfg.data.num_workers, ckpt_path)
     run_dir = Path(cfg.paths.checkpoint_dir) / cfg.run_name
     check_new_run_folder(run_dir, cfg.run_name)
@@ -87,7 +89,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     model_cfg = head_for_vocabulary(model_cfg, tokenizer.vocab_size)  # said in the log where it differs
     if ckpt_path:
         check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
-        check_same_shape(saved, model_cfg, ckpt_path)
+        check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
     if cfg.compile:

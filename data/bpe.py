@@ -16,13 +16,11 @@ import argparse
 import base64
 from pathlib import Path
 
-import rootutils
+from data.corpus_io import load_corpus
+from data.tokenizer import ranks_file_pattern
+from data.verse.script import SCRIPTS, corpus_to_script
 
-ROOT = rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
-
-from data.corpus_io import load_corpus  # noqa: E402
-from data.verse.script import SCRIPTS, corpus_to_script  # noqa: E402
-from data.tokenizer import ranks_file_pattern  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def learn_ranks(texts: list[str], vocab_size: int) -> dict[bytes, int]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import rootutils
 
-ROOT = rootutils.setup_root(__file__, indicator=".project-root", pythonpath=True)
+import model.training.runtime  # noqa: F401  (registers the run_name resolver the configs use)
 
-import model.training.runtime  # noqa: E402, F401  (registers the run_name resolver the configs use)
+ROOT = rootutils.setup_root(__file__, indicator=".project-root")  # and PROJECT_ROOT, which conf/paths reads
 
 POEMS = [  # traditional script, as in the shipped corpus
     "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。",

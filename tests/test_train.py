@@ -191,7 +191,7 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
         train_script.train(cfg)
 
 
-def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path):
+def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path, caplog):
     from data.bpe import learn_ranks, write_ranks
     from tests.conftest import POEMS
 
@@ -199,8 +199,10 @@ def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path):
     cfg = train_cfg("tokenizer=tiktoken", f"tokenizer.encoding={ranks}", "trainer.max_steps=4",
                     "trainer.val_check_interval=4", "logger=none", "~callbacks.samples",
                     "callbacks.attention_maps.probe_lines=['床前明月光']")  # BPE: 12 characters pass block 16
-    metrics = train_script.train(cfg)
+    with caplog.at_level("INFO", logger="model.gpt"):
+        metrics = train_script.train(cfg)
     assert torch.isfinite(torch.tensor(metrics["val/bpc"]))
+    assert cfg.model.head == "adaptive" and "model.head=tied: the vocabulary of" in caplog.text  # decided once, said
     scfg = sample_cfg((cfg, metrics, tmp_path), prompt="舉頭", num_samples=2, max_new_tokens=20, top_k=None, seed=1)
     poems = sample_script.sample(scfg)
     assert len(poems) == 2 and all(p.startswith("举头") for p in poems)
