@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points, tokenizer_from_state
 from data.verse.script import prompt_to_script, variants
+from model.checkpoint import read_checkpoint
 from model.gpt import GPT, GPTConfig, head_for_vocabulary
 
 LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -59,15 +60,16 @@ def latest_checkpoint(checkpoint_dir: Path) -> Path:
     return found[-1]
 
 
-def read_checkpoint(ckpt_path: str | Path) -> dict:
-    """A checkpoint file as Lightning wrote it (`hyper_parameters`, `state_dict`, ...), tensors
-    memory-mapped on the CPU; only data is read, never code (`weights_only`).
-    raises FileNotFoundError naming the path if it does not exist."""
+def read_trained(ckpt_path: str | Path) -> dict:
+    """A trained model's checkpoint file as Lightning wrote it (`hyper_parameters`, `state_dict`,
+    ...), read as data only (`model.checkpoint.read_checkpoint`: nothing in it runs).
+    raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError or
+    ValueError as `read_checkpoint`."""
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
                                 "or pass ckpt_path=checkpoints/<run>/last.ckpt")
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return read_checkpoint(path)
 
 
 class Engine:
@@ -85,9 +87,10 @@ class Engine:
         """The engine of a checkpoint file, its model in eval mode on `device`.
 
         attention: override the backend the model was trained with (e.g. 'sdpa').
-        raises FileNotFoundError naming the path if it does not exist.
+        raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError if
+        the file holds more than tensors and plain containers (nothing in it runs).
         """
-        ckpt = read_checkpoint(ckpt_path)
+        ckpt = read_trained(ckpt_path)
         hp = ckpt["hyper_parameters"]
         tokenizer = tokenizer_from_state(hp["tokenizer"])
         fields = {**hp["model"], **({"attention": attention} if attention is not None else {})}

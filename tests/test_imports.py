@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 LAYERS = (  # lowest first; a module belongs to the layer of its longest matching prefix
     ("poetry rules", ("data.verse",)),
     ("data pipeline", ("data",)),
-    ("network", ("model.attention", "model.gpt")),
+    ("network", ("model.attention", "model.gpt", "model.checkpoint")),
     ("engine", ("model.engine",)),
     ("sampling", ("model.sampling",)),
     ("inspection", ("model.inspection",)),
