@@ -21,6 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.corpus_io import heldout_poems
 from model.attention import check_backend
+from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.engine import Engine, latest_checkpoint
+from model.gpt import GPT
 from model.inspection.attention_stats import (
     STATISTICS,
     baseline_statistics,
@@ -30,9 +33,6 @@ from model.inspection.attention_stats import (
     mean_statistics,
 )
 from model.inspection.plots import attention_grid
-from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.engine import Engine, latest_checkpoint
-from model.gpt import GPT
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 

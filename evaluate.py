@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.engine import latest_checkpoint
 from model.inspection.evaluation import (
     is_char_model,
     is_plan_model,
@@ -36,7 +37,6 @@ from model.inspection.evaluation import (
 from model.inspection.poem_metrics import format_table
 from model.sampling.decoding import check_sampling_args
 from model.sampling.poems import SamplingOptions
-from model.engine import latest_checkpoint
 from model.training.lit import load_for_inference
 from model.training.validation import validation_metrics
 

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary
 from model.training.checkpoints import (
     AtomicCheckpointIO,
     check_same_shape,
@@ -30,13 +31,12 @@ from model.training.checkpoints import (
     resolve_ckpt_path,
 )
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary
 from model.training.lit import LitGPT
 from model.training.runtime import (
     check_attention_backend,
+    check_new_run_folder,
     choose_cpu_precision,
     compile_or_eager,
-    check_new_run_folder,
     instantiate_loggers,
     resolve_precision,
     run_name_for_all_ranks,

@@ -184,7 +184,8 @@ def main(argv=None) -> None:
                     cells.append(f"{'n/a':>18} {'n/a':>18} {'n/a':>14}")
                     continue
                 mem = r["peak_mib"]
-                mem_s = "" if mem is None else f"{mem:7.1f}" + (f" ({mem / ref['peak_mib']:.2f})" if "peak_mib" in ref and ref["peak_mib"] else "")
+                ratio = f" ({mem / ref['peak_mib']:.2f})" if mem is not None and ref.get("peak_mib") else ""
+                mem_s = "" if mem is None else f"{mem:7.1f}" + ratio
                 cells.append(f"{fmt(r['forward_ms'], ref.get('forward_ms')):>18} "
                              f"{fmt(r['forward_backward_ms'], ref.get('forward_backward_ms')):>18} {mem_s:>14}")
             print(f"{T:>6} " + " ".join(cells))

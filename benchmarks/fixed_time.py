@@ -50,7 +50,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from data.datamodule import PoetryDataModule  # noqa: E402
 from model.checkpoint import read_checkpoint  # noqa: E402
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig  # noqa: E402
+from model.gpt import MODEL_FIELDS  # noqa: E402
 from model.training.lit import LitGPT, load_for_inference  # noqa: E402
 
 CORPUS, CACHE = ROOT / "data" / "corpus" / "tang.jsonl.xz", ROOT / "data" / "cache"
@@ -277,7 +277,8 @@ def check_reference(iterations=None) -> dict:
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
-    head = "| run | steps | wall-clock s | tokens/s (whole run) | poems val/loss | poems val/bpc | blocks val/loss | blocks val/bpc |"
+    head = ("| run | steps | wall-clock s | tokens/s (whole run) | poems val/loss | poems val/bpc | blocks val/loss "
+            "| blocks val/bpc |")
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows:
         steps = r.get("steps", r.get("iterations"))

@@ -111,8 +111,10 @@ def main(argv=None) -> None:
             print(f"| {name} | not available here | | | | | | | |")
             continue
         r = runs.get(name, {})
-        run = f"{r['val_bpc']:.3f} | {r['val_loss']:.3f} | {r['steps']:,} | {r['tokens_per_sec_median']:,}" if r else " | | | "
-        print(f"| {name} | {c['characters']:,} | {c['tokens']:,} | {c['tokens_per_char']:.3f} | {c['vocab_used']:,} | {run} |")
+        run = (f"{r['val_bpc']:.3f} | {r['val_loss']:.3f} | {r['steps']:,} | {r['tokens_per_sec_median']:,}" if r
+               else " | | | ")
+        print(f"| {name} | {c['characters']:,} | {c['tokens']:,} | {c['tokens_per_char']:.3f} | {c['vocab_used']:,} "
+              f"| {run} |")
 
     meta = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "model": "tiny", "minutes_per_run": args.minutes,

@@ -29,9 +29,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from data.corpus_io import load_corpus
+from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 from data.verse.plan import plan_labels, poem_plan
 from data.verse.script import SCRIPTS, corpus_to_script
-from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 
 CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")

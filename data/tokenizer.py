@@ -18,10 +18,10 @@ pass `check_ids` (every decode path refuses ids outside `[0, vocab_size)`).
 from __future__ import annotations
 
 import codecs
-from abc import ABC, abstractmethod
 import hashlib
 import json
 import socket
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator

@@ -55,7 +55,8 @@ def flash_unavailable_reason(device_type: str, dtype: torch.dtype, dropout: floa
             return (f"FlashAttention needs a GPU of compute capability 8.0 or newer; this one is "
                     f"{'.'.join(map(str, torch.cuda.get_device_capability()))}. Use attention=sdpa")
         if d_k % 8 or d_k > 256:
-            return f"FlashAttention needs a head size d_k that is a multiple of 8 and at most 256, not {d_k}. Use attention=sdpa"
+            return (f"FlashAttention needs a head size d_k that is a multiple of 8 and at most 256, not {d_k}. "
+                    "Use attention=sdpa")
     else:
         return f"this project's FlashAttention backend supports cpu and cuda, not {device_type}. Use attention=sdpa"
     try:  # the rules above are PyTorch's today; a trial call catches what they miss

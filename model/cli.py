@@ -7,7 +7,6 @@ import re
 
 from model.attention import BackendUnavailableError
 
-
 _OPEN, _CLOSE = "[({", "])}"
 
 

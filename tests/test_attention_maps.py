@@ -8,9 +8,9 @@ from hydra import compose, initialize_config_dir
 
 from attention_maps import attention_report, format_table
 from data.corpus_io import heldout_poems
+from data.tokenizer import CharTokenizer
 from data.verse.poetry import form_of
 from data.verse.script import corpus_to_script
-from data.tokenizer import CharTokenizer
 from model.inspection.attention_stats import STATISTICS
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, ROOT

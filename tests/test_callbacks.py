@@ -6,13 +6,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from matplotlib.figure import Figure
-
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from matplotlib.figure import Figure
 
-from data.verse.script import corpus_to_script
 from data.tokenizer import CharTokenizer
+from data.verse.script import corpus_to_script
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.callbacks import AttentionMapLogger, SampleLogger
 from model.training.lit import LitGPT

@@ -4,10 +4,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import evaluate as evaluate_script
+from data.tokenizer import CharTokenizer
 from data.verse.meter import matching_patterns, poem_lines
 from data.verse.poetry import form_of
 from data.verse.script import corpus_to_script
-from data.tokenizer import CharTokenizer
 from model.inspection.evaluation import REFERENCE, evaluation_rows, reference_poems, sample_requests, sample_sets
 from model.sampling.poems import SamplingOptions
 from model.training.lit import LitGPT
@@ -40,7 +40,8 @@ def test_sample_sets_go_through_the_sampling_options():
 
 def test_evaluation_rows_put_the_reference_first_on_equal_distinct_counts(tmp_path):
     corpus = write_corpus(tmp_path / "tang.jsonl.xz")
-    rows = evaluation_rows({"free": ["白日依山尽，黄河入海流。"] * 2}, ["床前明月光，疑是地上霜。"] * 5, corpus, "simplified")
+    rows = evaluation_rows({"free": ["白日依山尽，黄河入海流。"] * 2}, ["床前明月光，疑是地上霜。"] * 5, corpus,
+                           "simplified")
     assert list(rows) == [REFERENCE, "free"] and rows[REFERENCE]["n"] == 5
     assert rows[REFERENCE]["distinct_1"] == 10 / 20  # over the first 2 poems, as many as the sample set
     assert rows["free"]["copy"] == 1  # both lines are in the tiny corpus's training poems
@@ -48,7 +49,8 @@ def test_evaluation_rows_put_the_reference_first_on_equal_distinct_counts(tmp_pa
 
 def test_reference_poems_are_spread_over_the_held_out_split(tmp_path):
     corpus = write_corpus(tmp_path / "tang.jsonl.xz")  # 4 held-out copies of the 6 poems: 24 in corpus order
-    assert reference_poems(corpus, "simplified", 4) == ["床前明月光，疑是地上霜。举头望明月，低头思故乡。"] * 4  # 0, 6, 12, 18
+    jingyesi = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
+    assert reference_poems(corpus, "simplified", 4) == [jingyesi] * 4  # poems 0, 6, 12, 18
     spread = reference_poems(corpus, "simplified", 3)  # 0, 8, 16: poems 0, 2, 4 of the list
     assert [p[:2] for p in spread] == ["床前", "春眠", "红豆"]
     assert len(reference_poems(corpus, "traditional", 100)) == 24 and reference_poems(corpus, "simplified", 0) == []

@@ -7,20 +7,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from data.bpe import learn_ranks, write_ranks
 from data.datamodule import IGNORE, PoemWindows, PoetryDataModule
+from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from data.verse.meter import OBLIQUE, matching_patterns, poem_lines, tones
 from data.verse.plan import FORM_LABELS, NO_RHYME, PLAN_SLOTS, plan_ids, plan_labels, poem_plan, poem_rhyme_groups
-from data.bpe import learn_ranks, write_ranks
 from data.verse.poetry import FORMS, form_of
 from data.verse.rhyme import level_tone_table, rhyme_groups
 from data.verse.script import corpus_to_script
-from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
 from model.inspection.poem_metrics import plan_match
-from model.sampling.decoding import PlanGrammar
+from model.sampling.decoding import PlanGrammar, sampler
 from model.sampling.poems import SamplingOptions, plan_grammar, poem_boundaries, read_plans, sample_ids, sample_poems
-from model.sampling.decoding import sampler
 from model.training.lit import LitGPT, load_for_inference
 from model.training.validation import validation_metrics
 from tests.conftest import POEMS
@@ -199,7 +198,7 @@ def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem
 
 @pytest.mark.parametrize("control", ["hard", "both"])
 def test_hard_control_keeps_the_form_and_rhymes_in_the_plan_group(lit, control):
-    tok, ids = lit.tokenizer, plan_ids(lit.tokenizer)
+    tok = lit.tokenizer
     opts = SamplingOptions(num_samples=60, max_new_tokens=40, temperature=1.0, top_k=None, form="wujue",
                            rhyme=True, control=control)
     rows = sample_ids(lit.engine, opts)
@@ -226,7 +225,8 @@ def test_meter_keeps_the_plan_group_on_a_rhymed_first_line(lit):
         lines = poem_lines(poem)
         assert matching_patterns(lines, "wujue", "simplified") and plan["rhyme"] in poem_rhyme_groups(poem, "simplified")
         first = lines[0][-1]
-        assert plan["rhyme"] in rhyme_groups(first, "simplified").get(first, ()) or OBLIQUE in tones(first, "simplified")[first]
+        assert (plan["rhyme"] in rhyme_groups(first, "simplified").get(first, ())
+                or OBLIQUE in tones(first, "simplified")[first])
 
 
 def test_control_errors_are_one_line_and_early(lit):

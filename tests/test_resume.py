@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-
 from types import SimpleNamespace
 
 import pytest

@@ -4,10 +4,20 @@ import csv
 import pytest
 import torch
 
-from data.verse.rhyme import (MERGE_FIELDS, MERGES_PATH, is_level_tone, level_tone_table, merged_cases, readings,
-                        rhyme_groups, rhyme_table, script_chars, written_as)
-from data.verse.script import SCRIPTS, corpus_to_script
 from data.tokenizer import CharTokenizer
+from data.verse.rhyme import (
+    MERGE_FIELDS,
+    MERGES_PATH,
+    is_level_tone,
+    level_tone_table,
+    merged_cases,
+    readings,
+    rhyme_groups,
+    rhyme_table,
+    script_chars,
+    written_as,
+)
+from data.verse.script import SCRIPTS, corpus_to_script
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.lit import LitGPT
 from tests.conftest import POEMS

@@ -46,7 +46,8 @@ def test_a_ddp_rank_takes_the_run_name_of_rank_zero(train_cfg, monkeypatch):
 def test_a_new_run_never_writes_into_an_existing_run_folder(train_cfg, tmp_path):
     (tmp_path / "checkpoints" / "test").mkdir(parents=True)
     (tmp_path / "checkpoints" / "test" / "last.ckpt").write_bytes(b"another run's")
-    with pytest.raises(ValueError, match="checkpoints/test already holds checkpoints of another run; choose another run_name"):
+    with pytest.raises(ValueError, match="checkpoints/test already holds checkpoints of another run; "
+                                         "choose another run_name"):
         train_script.train(train_cfg("logger=none"))
     assert (tmp_path / "checkpoints" / "test" / "last.ckpt").read_bytes() == b"another run's"
     assert not (tmp_path / "cache").exists()

@@ -1,10 +1,9 @@
+import pytest
 import torch
 
 from model.cli import quote_non_ascii_overrides
 from model.training.runtime import compute_dtype, resolve_precision, wandb_logged_in
 from sample import as_lines, latest_checkpoint
-
-import pytest
 
 
 def test_chinese_overrides_are_quoted_for_hydra():
@@ -43,7 +42,8 @@ def test_wandb_login_is_read_from_env_and_netrc_only(tmp_path, monkeypatch):
 
 
 def test_sample_helpers(tmp_path):
-    assert as_lines("床前明月光，疑是地上霜。举头望明月，低头思故乡。") == "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。"
+    poem = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
+    assert as_lines(poem) == "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。"
     with pytest.raises(FileNotFoundError, match="python train.py"):
         latest_checkpoint(tmp_path)
     (tmp_path / "a").mkdir()

@@ -88,7 +88,10 @@ def test_temperature_zero_is_greedy_and_top_k_one_equals_it():
 def test_seeded_batches():
     m = tiny()
     start = torch.zeros(6, 1, dtype=torch.long)
-    draw = lambda seed: generate(m, start, 15, temperature=1.0, top_p=0.95, generator=torch.Generator().manual_seed(seed))
+
+    def draw(seed):
+        return generate(m, start, 15, temperature=1.0, top_p=0.95, generator=torch.Generator().manual_seed(seed))
+
     a, b, c = draw(3), draw(3), draw(4)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert len({tuple(r) for r in a.tolist()}) > 1  # the rows of one batch differ

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from data.bpe import learn_ranks, write_ranks
+from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from data.verse.poetry import split_lines
 from data.verse.script import corpus_to_script, not_in_script, prompt_to_script
-from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from model.training.lit import LitGPT
 from tests.conftest import POEMS
 
@@ -44,7 +44,8 @@ def test_without_the_model_characters_only_characters_foreign_to_the_script_chan
         assert prompt_to_script(line, "traditional") == line
     assert prompt_to_script("万里长征人未还", "traditional") == "万里長征人未還"  # 万 is traditional too (万俟)
     assert prompt_to_script("头发理发", "traditional") == "頭髮理髮"  # OpenCC's phrases choose in context
-    assert {"长", "还", "咏"} <= not_in_script("traditional") and not {"万", "里", "余", "峰", "征"} & not_in_script("traditional")
+    outside = not_in_script("traditional")
+    assert {"长", "还", "咏"} <= outside and not {"万", "里", "余", "峰", "征"} & outside
     assert {"萬", "後", "長"} <= not_in_script("simplified") and not {"乾", "余", "万"} & not_in_script("simplified")
 
 

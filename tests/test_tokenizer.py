@@ -6,9 +6,21 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from data.bpe import learn_ranks, write_ranks
-from data.tokenizer import (BOS, EOS, CharTokenizer, EncodingUnavailableError, InvalidCodePointsError, StreamDecoder,
-                            TiktokenTokenizer, UnknownCharactersError, check_code_points, load_encoding, load_tokenizer,
-                            ranks_file_pattern, tokenizer_from_state)
+from data.tokenizer import (
+    BOS,
+    EOS,
+    CharTokenizer,
+    EncodingUnavailableError,
+    InvalidCodePointsError,
+    StreamDecoder,
+    TiktokenTokenizer,
+    UnknownCharactersError,
+    check_code_points,
+    load_encoding,
+    load_tokenizer,
+    ranks_file_pattern,
+    tokenizer_from_state,
+)
 from tests.conftest import POEMS
 
 

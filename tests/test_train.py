@@ -357,9 +357,9 @@ def test_the_end_of_training_logs_the_evaluation_table(trained):
 def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
     """evaluate.py: the table, the JSON, and val/bpc by the data module's validation: the
     training's last logged value, since last.ckpt holds the weights of the last validation."""
-    import evaluate as evaluate_script
     from hydra import compose, initialize_config_dir
 
+    import evaluate as evaluate_script
     from tests.conftest import ROOT
 
     cfg, metrics, tmp_path = trained

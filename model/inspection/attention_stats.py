@@ -30,7 +30,7 @@ looks at the previous line's last character from every row (`prev_line_rhyme`: å
 
 Baselines (lesson `shared/seeds/001â€¦`): section 3's map from random q, k of size d = 8,
 and section 5's head: random x, W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
-"""
+"""  # noqa: E501 (its tables)
 from __future__ import annotations
 
 import math

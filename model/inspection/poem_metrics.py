@@ -21,7 +21,7 @@ fits either tone, one outside the table fits none).
 | `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
 | `plan_form` | the poem has the form its plan tokens name (`data/verse/plan.py`) | poems with a plan |
 | `plan_rhyme` | the poem's even lines rhyme in the group its plan names (`data.verse.plan.poem_rhyme_groups`), or in none for `<无韵>` | poems with a plan |
-"""
+"""  # noqa: E501 (its tables)
 from __future__ import annotations
 
 from functools import lru_cache

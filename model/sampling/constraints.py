@@ -1,9 +1,11 @@
 """Constrained decoding of poem forms, acrostics (藏头诗), rhyme (押韵) and 格律 (meter).
 
-`PoemConstraint` is a logits processor for the engine (`model.engine.Engine.steps`): at each step it sets to -inf the
-logits of every token that would break the requested shape, so 100% of the poems have it:
+`PoemConstraint` is a logits processor for the engine (`model.engine.Engine.steps`): at each
+step it sets to -inf the logits of every token that would break the requested shape, so 100%
+of the poems have it:
 - `form` (wujue, qijue, wulv, qilv): each line has the form's number of characters, `，`
-  closes the odd lines and `。` the even ones (and the last line, for an odd acrostic), and the poem ends (`<eos>`) after 4 or 8 lines;
+  closes the odd lines and `。` the even ones (and the last line, for an odd acrostic), and
+  the poem ends (`<eos>`) after 4 or 8 lines;
 - `acrostic`: line i starts with the acrostic's i-th character; without `form` the line
   count is the acrostic's length and the first line's length (5 or 7) sets the others';
 - `rhyme`: the last characters of the even lines share one 平水韵 level-tone group and do
@@ -27,11 +29,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from data.tokenizer import CharTokenizer
 from data.verse.meter import LEVEL, OBLIQUE, patterns, tones
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, is_hanzi
 from data.verse.rhyme import rhyme_groups
-from data.tokenizer import CharTokenizer
 
 FREE_LENGTHS = (5, 7)
 """Line lengths an acrostic without `form` may choose on its first line."""

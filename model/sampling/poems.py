@@ -21,9 +21,9 @@ from typing import Iterator
 
 import torch
 
+from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from data.tokenizer import Tokenizer
 from model.engine import Engine, LogitsProcessor
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler

@@ -53,7 +53,8 @@ class FiniteModelCheckpoint(ModelCheckpoint):
 
     def check_monitor_top_k(self, trainer, current: torch.Tensor | None = None) -> bool:
         if current is not None and not torch.isfinite(current):
-            rank_zero_warn(f"{self.monitor} is {current.item()} at step {trainer.global_step}: not kept as a best checkpoint")
+            rank_zero_warn(f"{self.monitor} is {current.item()} at step {trainer.global_step}: "
+                           "not kept as a best checkpoint")
             return False
         return super().check_monitor_top_k(trainer, current)
 
@@ -113,7 +114,8 @@ def check_same_vocabulary(ckpt: Mapping, tokenizer: Mapping, script: str, path: 
     differ = [f"{key}: checkpoint {a}, asked {b}" for key, (a, b) in fields.items() if a != b]
     (old, n_old), (new, n_new) = _vocabulary(theirs), _vocabulary(tokenizer)
     if not differ and old != new:
-        differ = [f"vocabulary: checkpoint {n_old} tokens, asked {n_new}" + (" other tokens" if n_old == n_new else " tokens")]
+        differ = [f"vocabulary: checkpoint {n_old} tokens, asked {n_new}"
+                  + (" other tokens" if n_old == n_new else " tokens")]
     if differ:
         raise ValueError(f"{differ[0]} ({path} cannot resume with another vocabulary; "
                          "use the data settings it was trained with)")
