@@ -1,4 +1,5 @@
-"""What a trained model's attention heads learned, beside the lesson's random attention:
+"""What a trained model's attention heads learned, beside the random attention of the attention
+lesson (docs/attention.md):
 `python attention_maps.py ckpt_path=checkpoints/<run>/last.ckpt text=床前明月光，疑是地上霜。`
 
 Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,

@@ -28,8 +28,9 @@ the same position (`prev_line_next_pos`: from `，` to 床, from 疑 to 前, …
 looks at the previous line's last character from every row (`prev_line_rhyme`: 光 from
 疑是地上) keeps the rhyme in view.
 
-Baselines (lesson `shared/seeds/001…`): section 3's map from random q, k of size d = 8,
-and section 5's head: random x, W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
+Baselines, the random maps of the attention lesson (docs/attention.md, "The random-q/k
+baselines"): section 3's map from random q, k ~ N(0, 1) of size d = 8, and section 5's head:
+x ~ N(0, 1), W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
 """
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ def probe_maps(gpt: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionMapLogger(L.Callback):
-    """Logs what the attention heads do on a few probe lines, beside the lesson's random maps.
+    """Logs what the attention heads do on a few probe lines, beside the random-q/k maps of the
+    attention lesson (docs/attention.md).
 
     probe_lines: lines or poems (any script; converted to the model's), each at most
     block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
