@@ -49,6 +49,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from benchmarks.machine import describe as machine  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
+from model.checkpoint import read_checkpoint  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import LitGPT, load_for_inference  # noqa: E402
 
@@ -159,7 +160,7 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux; the largest child so far
     ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
     lit = load_for_inference(ckpt)
-    steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    steps = read_checkpoint(ckpt)["global_step"]
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),

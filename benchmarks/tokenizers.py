@@ -34,6 +34,7 @@ import torch  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.tokenizer import EncodingUnavailableError  # noqa: E402
+from model.checkpoint import read_checkpoint  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
 
@@ -68,7 +69,7 @@ def train_run(name: str, overrides: list[str], minutes: float) -> dict:
     val = [r for r in rows if r.get("val/bpc")]
     if not val:
         raise RuntimeError(f"{metrics} has no validation row")
-    steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    steps = read_checkpoint(ckpt)["global_step"]
     speed = statistics.median(float(r["train/tokens_per_sec"]) for r in rows if r.get("train/tokens_per_sec"))
     return {"val_bpc": float(val[-1]["val/bpc"]), "val_loss": float(val[-1]["val/loss"]), "steps": steps,
             "tokens_per_sec_median": round(speed),  # a low value flags a run slowed by other work here

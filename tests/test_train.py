@@ -37,6 +37,8 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     ckpt_dir = tmp_path / "checkpoints" / "test"
     assert (ckpt_dir / "last.ckpt").is_file()
     assert len(list(ckpt_dir.glob("best-step*.ckpt"))) == 1
+    for ckpt in ckpt_dir.glob("*.ckpt"):  # plain data: loadable with weights_only=True (issue 17)
+        assert torch.serialization.get_unsafe_globals_in_checkpoint(ckpt) == []
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
     rows = history(run)
     val = [r["val/loss"] for r in rows if "val/loss" in r]

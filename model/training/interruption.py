@@ -71,7 +71,7 @@ class StopOnSignal(L.Callback):
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if stop:
             path = self.dirpath / "last.ckpt"
-            trainer.save_checkpoint(path, weights_only=False)
+            trainer.save_checkpoint(path, weights_only=False)  # Lightning: save optimizer and loops too (not a load)
             warn(f"stopped at step {trainer.global_step}; saved {path}. Resume with "
                  "`python train.py ckpt_path=last` (and the same settings)")
             raise TrainingInterrupted(self.signum or signal.SIGTERM, path)

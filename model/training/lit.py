@@ -30,6 +30,7 @@ from torchmetrics import SumMetric
 from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
+from model.checkpoint import read_checkpoint
 from model.gpt import GPT, GPTConfig
 from model.training.muon import MuonAdamW
 
@@ -224,13 +225,14 @@ def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu"
     """A trained LitGPT from a checkpoint file, in eval mode on `device`.
 
     attention: override the backend the model was trained with (e.g. 'sdpa').
-    raises FileNotFoundError naming the path if it does not exist.
+    raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError if the
+    file holds more than tensors and plain containers (nothing in it runs).
     """
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
                                 "or pass ckpt_path=checkpoints/<run>/last.ckpt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(path)
     hp = ckpt["hyper_parameters"]
     if attention is not None:
         hp = {**hp, "model": {**hp["model"], "attention": attention}}
