@@ -57,6 +57,11 @@ def machine_line(name: str, machine: str | None) -> str:
     return f"Machine: {machine or 'not recorded in the file'} (`benchmarks/results/{name}.json`)."
 
 
+def section(title: str, intro: str, name: str, machine: str | None, *body: str) -> str:
+    """A section of docs/results.md: its title, what command measured it, the machine, the tables."""
+    return "\n\n".join([f"## {title}", intro, machine_line(name, machine), *body])
+
+
 def lower(diff: float) -> str:
     """A bits-per-character difference (this − other) in words."""
     return f"{abs(diff):.2f} lower" if diff < 0 else f"{diff:.2f} higher"
@@ -78,17 +83,17 @@ FIXED_TIME_HEADER = ["run", "steps", "wall-clock s", "tokens/s", "`poems` val/lo
 
 def default_run(res: dict) -> str:
     d = res["fixed-time-cpu"]["runs"]["default"]
-    return "\n\n".join([
-        "## The default run",
+    return section(
+        "The default run",
         f"`python train.py`, no arguments: {n(d['steps'])} steps in {minutes(d['wall_seconds'])} from start to exit "
         f"({n(d['wall_seconds'], 1)} s: start-up, validations and callbacks included), {n(d['tokens_per_sec'])} "
         f"tokens/s, peak memory {n(d['peak_rss_mib'])} MiB. Held out: `val/loss` {n(d['poems']['val_loss'], 3)} "
         f"nats per token, `val/bpc` **{n(d['poems']['val_bpc'], 2)}** (`poems` protocol; on nanoGPT's `blocks` "
         f"windows {n(d['blocks']['val_bpc'], 2)}).",
-        machine_line("fixed-time-cpu", res["fixed-time-cpu"].get("machine")),
+        "fixed-time-cpu", res["fixed-time-cpu"].get("machine"),
         "The validations along the way are not recorded in a committed file (`benchmarks/fixed_time.py` keeps "
         "the end of the run); the run's own log has them (`logs/<run_name>/`).",
-    ])
+    )
 
 
 def fixed_time(res: dict) -> str:
@@ -127,29 +132,29 @@ def levers(res: dict) -> str:
         rows.append([name, " ".join(f"`{o}`" for o in extra) or "–", n(r["steps"]), n(r["wall_seconds"], 1),
                      n(r["poems"]["val_bpc"], 3), f"{r['poems']['val_bpc'] - base['poems']['val_bpc']:+.3f}",
                      n(r["blocks"]["val_bpc"], 3), f"{r['blocks']['val_bpc'] - base['blocks']['val_bpc']:+.3f}"])
-    return "\n\n".join([
-        "## Levers, one at a time",
+    return section(
+        "Levers, one at a time",
         "`python benchmarks/fixed_time.py --quick --variant NAME=OVERRIDES …`: every variant gets the same training "
         f"budget (`{base['overrides'][0]}`); Δ is against the default of the same batch.",
-        machine_line("fixed-time-quick-cpu", q.get("machine")),
+        "fixed-time-quick-cpu", q.get("machine"),
         *( [f"Note recorded with the batch: {q['note']}."] if q.get("note") else []),
         table(["variant", "overrides", "steps", "wall-clock s", "`poems` val/bpc", "Δ", "`blocks` val/bpc", "Δ"], rows),
-    ])
+    )
 
 
 def overhead(res: dict) -> str:
     o = res["lightning-overhead-cpu"]
     r = o["lightning_overhead"]
-    return "\n\n".join([
-        "## Lightning's overhead",
+    return section(
+        "Lightning's overhead",
         f"`python benchmarks/fixed_time.py --overhead {r['steps']}`: median step time of the default model over "
         f"{r['steps']} steps, a bare PyTorch loop against Lightning, runs alternating.",
-        machine_line("lightning-overhead-cpu", o.get("machine")),
+        "lightning-overhead-cpu", o.get("machine"),
         table(["loop", "median ms per step", "runs, ms"],
               [["bare PyTorch", n(r["bare_ms"], 1), ", ".join(n(x, 1) for x in r["bare_runs_ms"])],
                ["Lightning", n(r["lightning_ms"], 1), ", ".join(n(x, 1) for x in r["lightning_runs_ms"])]]),
         f"Overhead between the medians: **{r['overhead']:+.1%}**.",
-    ])
+    )
 
 
 def attention(res: dict) -> str:
@@ -168,29 +173,29 @@ def attention(res: dict) -> str:
                                                    for b in backends)] for row in a["layer"]]
     header = ["T", "dropout", *(f"{b} {what}" for what in ("fwd ms", "fwd+bwd ms", "MiB") for b in backends)]
     steps = [[name, *(n(v[b], 1) for b in backends)] for name, v in a["train_step_ms"].items()]
-    return "\n\n".join([
-        "## Attention backends: speed and memory",
+    return section(
+        "Attention backends: speed and memory",
         f"`python benchmarks/attention.py`: one attention layer (batch {m['batch']}, n_embd {m['n_embd']}, "
         f"{m['n_head']} heads, {m['dtype']}, training mode, median of {m['repeats']}), its peak memory in a process "
         "of its own (growth of peak RSS), speed-up over `naive` in brackets; then one training step of each model.",
-        machine_line("attention-cpu", m.get("machine")),
+        "attention-cpu", m.get("machine"),
         table(header, rows),
         "One training step (forward, backward, AdamW), ms:",
         table(["model", *backends], steps),
-    ])
+    )
 
 
 def sampling(res: dict) -> str:
     s = res["sampling-cpu"]
     rows = [[f"`{r['model']}`", n(r["batch"]), n(r["new_tokens"]), n(r["no_cache_tokens_per_sec"]),
              n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]]
-    return "\n\n".join([
-        "## Sampling: the KV cache",
+    return section(
+        "Sampling: the KV cache",
         "`python benchmarks/sampling.py`: `block_size − 1` tokens after `<bos>`, random weights, top_k 200, "
         "without the cache (every step recomputes the context) and with it.",
-        machine_line("sampling-cpu", s.get("machine")),
+        "sampling-cpu", s.get("machine"),
         table(["model", "batch", "new tokens", "no cache, tokens/s", "KV cache, tokens/s", "ratio"], rows),
-    ])
+    )
 
 
 def tokenizers(res: dict) -> str:
@@ -201,32 +206,32 @@ def tokenizers(res: dict) -> str:
               for name, c in t["counts"].items()]
     runs = [[f"`{name}`", n(r["steps"]), n(r["tokens_per_sec_median"]), n(r["wall_s"], 1), n(r["val_loss"], 3),
              n(r["val_bpc"], 2)] for name, r in t["runs"].items()]
-    return "\n\n".join([
-        "## Characters or BPE",
+    return section(
+        "Characters or BPE",
         f"`python benchmarks/tokenizers.py`: the tokens of each tokenizer over the whole corpus, then the "
         f"`{m['model']}` model trained with each for {m['minutes_per_run']:g} minutes and validated on all held-out "
         "poems (`val/loss` is per token, so only `val/bpc` compares).",
-        machine_line("tokenizers-cpu", m.get("machine")),
+        "tokenizers-cpu", m.get("machine"),
         table(["tokenizer", "characters", "tokens", "tokens / char", "vocabulary used"], counts),
         table(["tokenizer", "steps", "tokens/s", "wall-clock s", "`val/loss`", "`val/bpc`"], runs),
-    ])
+    )
 
 
 def mfu(res: dict) -> str:
     f = res["mfu-cpu"]
     default = res["fixed-time-cpu"]["runs"]["default"]
     default_ms = 1000 * default["wall_seconds"] / default["steps"]
-    return "\n\n".join([
-        "## Throughput and MFU",
+    return section(
+        "Throughput and MFU",
         f"`python benchmarks/mfu.py --model {f['model']} --device {f['device']} --batch {f['batch']}`: training steps "
         "on random tokens; MFU only where the device's peak is known (CUDA GPUs).",
-        machine_line("mfu-cpu", f.get("machine")),
+        "mfu-cpu", f.get("machine"),
         table(["model", "batch", "block", "ms per step", "tokens/s", "FLOP per token", "achieved TFLOP/s", "MFU"],
               [[f"`{f['model']}`", n(f["batch"]), n(f["block_size"]), n(f["ms_per_step"], 1), n(f["tokens_per_sec"]),
                 n(f["flops_per_token"]), f"{f['achieved_tflops']:g}", "–" if f["mfu"] is None else f"{f['mfu']:.1%}"]]),
         f"Its {n(f['ms_per_step'])} ms per step is {f['ms_per_step'] / default_ms:.0f}× the default run's "
         f"{n(default_ms)} ms (wall-clock ÷ steps, above): rerun it on an idle machine before reading it.",
-    ])
+    )
 
 
 def evaluation(res: dict) -> str:
