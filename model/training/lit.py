@@ -58,9 +58,12 @@ class LitGPT(L.LightningModule):
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
-        self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
+        # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
+        self.val_nats, self.val_tokens, self.val_chars = (SumMetric(nan_strategy="disable").set_dtype(torch.float64),
+                                                          SumMetric().set_dtype(torch.float64),
+                                                          SumMetric().set_dtype(torch.float64))
         self._last_step_time: float | None = None
-        self.val_text_nats = SumMetric(nan_strategy="disable")  # nats of the non-plan predictions: `val/bpc_text`
+        self.val_text_nats = SumMetric(nan_strategy="disable").set_dtype(torch.float64)  # non-plan targets: `val/bpc_text`
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
@@ -126,10 +129,12 @@ class LitGPT(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         """Accumulates the batch's nats (all, and those of non-plan targets), scored tokens and poem
-        characters (targets -1 are not scored)."""
+        characters (targets -1 are not scored), in float64. Each held-out window is scored once on
+        one rank (`PoetryDataModule.val_dataloader`); the sums are reduced across ranks."""
         x, y = batch  # (B, T), (B, T)
         _, nats = self.gpt(x, y, reduction="none")  # (B, T) nats per position, 0 where not scored
         scored = y != IGNORE  # (B, T)
+        nats = nats.double()  # (B, T) float64: sums that do not depend on how windows are batched
         self.val_nats.update(nats.sum())
         self.val_tokens.update(scored.sum())
         self.val_chars.update(self.char_counts[y[scored]].sum())
