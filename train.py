@@ -3,7 +3,7 @@
 Composes the Hydra config (conf/train.yaml), checks that the attention backend can run
 here, prepares the corpus, then fits with Lightning. Checkpoints: checkpoints/<run_name>/;
 logs, wandb run and attention PNGs: logs/<run_name>/. `ckpt_path=last` resumes the newest
-run (README "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
+run (docs/training.md, "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
 """
 from __future__ import annotations
 
