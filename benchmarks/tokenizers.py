@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import shutil
 import statistics
 import subprocess
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from benchmarks.machine import describe  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.tokenizer import EncodingUnavailableError  # noqa: E402
 from model.checkpoint import read_checkpoint  # noqa: E402
@@ -116,7 +116,7 @@ def main(argv=None) -> None:
         print(f"| {name} | {c['characters']:,} | {c['tokens']:,} | {c['tokens_per_char']:.3f} | {c['vocab_used']:,} "
               f"| {run} |")
 
-    meta = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+    meta = {"machine": describe(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "model": "tiny", "minutes_per_run": args.minutes,
             "ranks_file": args.ranks.name}
     args.out.parent.mkdir(parents=True, exist_ok=True)

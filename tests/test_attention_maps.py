@@ -62,7 +62,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     assert saved == json.loads(json.dumps(report))
     assert saved["tokens"] == ["<bos>", *"床前明月光，疑是地上霜。"] and saved["heldout"]["poems"] == 3
     assert [(h["layer"], h["head"]) for h in saved["probe"]["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert set(saved["probe"]["baselines"]) == {"uniform", "lesson_qk", "lesson_head", "init"}
+    assert set(saved["probe"]["baselines"]) == {"uniform", "random_qk", "random_head", "init"}
     # the checkpoint holds the seed-1337 initialisation, so its heads are the "at init" baseline
     for name in STATISTICS:
         mean = sum(h[name] for h in saved["heldout"]["heads"]) / 4

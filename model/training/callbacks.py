@@ -22,8 +22,8 @@ from model.inspection.attention_stats import (
     baseline_statistics,
     head_rows,
     head_statistics,
-    lesson_head_maps,
-    lesson_qk_maps,
+    random_head_maps,
+    random_qk_maps,
 )
 from model.inspection.evaluation import is_char_model, is_plan_model, sample_and_measure, sample_requests
 from model.inspection.plots import attention_grid
@@ -53,7 +53,8 @@ def probe_maps(gpt: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionMapLogger(L.Callback):
-    """Logs what the attention heads do on a few probe lines, beside the lesson's random maps.
+    """Logs what the attention heads do on a few probe lines, beside the random-q/k maps of the
+    attention lesson (docs/attention.md).
 
     probe_lines: lines or poems (any script; converted to the model's), each at most
     block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
@@ -92,9 +93,10 @@ class AttentionMapLogger(L.Callback):
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
         for (_, tokens), maps in zip(self._probes, self._init_maps):
-            lesson = baseline_statistics([tokens], self.n_samples)
+            random_maps = baseline_statistics([tokens], self.n_samples)
             init = {name: v.flatten() for name, v in head_statistics(maps, tokens).items()}  # over all heads
-            self._baselines.append({"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init})
+            self._baselines.append({"random_qk": random_maps["random_qk"], "random_head": random_maps["random_head"],
+                                    "init": init})
         self.seconds += time.perf_counter() - start
 
     @rank_zero_only
@@ -142,8 +144,8 @@ class AttentionMapLogger(L.Callback):
         """Rows: the model at initialisation (one row per layer), then the lesson's random maps."""
         init = self._init_maps[p]  # (n_layer, n_head, T, T)
         n_layer, n_head, T, _ = init.shape
-        lesson = torch.stack([lesson_qk_maps(T, n_head), lesson_head_maps(T, n_head)])  # (2, n_head, T, T)
-        return attention_grid(torch.cat([init, lesson]).numpy(), tokens,
+        random_maps = torch.stack([random_qk_maps(T, n_head), random_head_maps(T, n_head)])  # (2, n_head, T, T)
+        return attention_grid(torch.cat([init, random_maps]).numpy(), tokens,
                               title=f"{''.join(tokens[1:])} · baselines",
                               row_titles=[f"init · layer {layer}" for layer in range(n_layer)]
                               + ["lesson §3\nrandom q, k", "lesson §5\nrandom x, W_q, W_k"],

@@ -3,7 +3,7 @@ found and checked before a run resumes from one.
 
 `ckpt_path` (conf/train.yaml) may be `last` (the newest run's `last.ckpt`), a run folder
 (its `last.ckpt`) or a `.ckpt` file; a checkpoint of another shape or vocabulary than the
-config asks for is refused in one line before any training (README "Resume and interruption").
+config asks for is refused in one line before any training (docs/training.md, "Resume and interruption").
 """
 from __future__ import annotations
 

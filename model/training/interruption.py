@@ -7,7 +7,7 @@ scheduler never records an interrupted run as a success. `StepSeed` makes a step
 draws (dropout) a function of the step, so a resumed run draws what an uninterrupted one
 does. With the resumable training loader (data/datamodule.py) and Lightning's saved
 optimizer, scheduler and loop state, a run resumed from such a checkpoint continues as if
-it had never stopped (README "Resume and interruption").
+it had never stopped (docs/training.md, "Resume and interruption").
 """
 from __future__ import annotations
 
