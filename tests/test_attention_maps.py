@@ -56,7 +56,8 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     ckpt = write_checkpoint(tmp_path / "checkpoints" / "run" / "last.ckpt")
     report = attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前明月光，疑是地上霜。'"))
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["attention_maps.json", "layer0.png", "layer1.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["attention_maps.json", "attention_view.html", "layer0.png",
+                                                     "layer1.png"]
     assert all((out / f"layer{i}.png").stat().st_size > 10_000 for i in range(2))
     saved = json.loads((out / "attention_maps.json").read_text())
     assert saved == json.loads(json.dumps(report))
