@@ -1,4 +1,5 @@
-"""What a trained model's attention heads learned, beside the lesson's random attention:
+"""What a trained model's attention heads learned, beside the random attention of the attention
+lesson (docs/attention.md):
 `python attention_maps.py ckpt_path=checkpoints/<run>/last.ckpt text=床前明月光，疑是地上霜。`
 
 Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
@@ -6,9 +7,9 @@ Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
 section 3 map from random q, k and its section 5 random head, one colour scale), and
 `attention_view.html`: the same maps as one interactive page that works offline (pick a
 character, a layer and a head; weights on hover; each head beside its baselines and
-labelled with its pattern; docs/attention-view.md), and `attention_maps.json`: the per-head statistics of `model/inspection/attention_stats.py` on the probe
-line and on held-out poems, the baselines' means and spreads, the flags and the pattern
-names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
+labelled with its pattern; docs/attention-view.md), and `attention_maps.json`: the per-head
+statistics of `model/inspection/attention_stats.py` on the probe line and on held-out poems,
+the baselines' means and spreads, the flags and the pattern names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from model.inspection.attention_stats import (  # noqa: E402
     STATISTICS,
     baseline_statistics,
     head_rows,
-    lesson_head_maps,
-    lesson_qk_maps,
+    random_head_maps,
+    random_qk_maps,
     mean_statistics,
 )
 from model.gpt import GPT  # noqa: E402
@@ -64,12 +65,12 @@ def summary(stats: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
 def measure(cfg: DictConfig, learned: list[torch.Tensor], init: list[torch.Tensor], token_lists: list[list[str]]) -> dict:
     """Per-head rows and baseline summaries for a set of sequences (their learned and initial maps)."""
     b = cfg.baselines
-    lesson = baseline_statistics(token_lists, b.n_samples, b.d, b.d_model, b.d_head, b.seed)
+    random_maps = baseline_statistics(token_lists, b.n_samples, b.d, b.d_model, b.d_head, b.seed)
     init_stats = {n: v.flatten() for n, v in mean_statistics(init, token_lists).items()}  # over all heads
-    references = {"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init_stats}
+    references = {"random_qk": random_maps["random_qk"], "random_head": random_maps["random_head"], "init": init_stats}
     return {
         "heads": head_rows(mean_statistics(learned, token_lists), references, cfg.flag.k, cfg.flag.min_effect),
-        "baselines": {"uniform": {n: v.item() for n, v in lesson["uniform"].items()},
+        "baselines": {"uniform": {n: v.item() for n, v in random_maps["uniform"].items()},
                       **{name: summary(s) for name, s in references.items()}},
     }
 
@@ -81,7 +82,7 @@ def format_table(title: str, result: dict) -> str:
     lines = [title, head]
     base = result["baselines"]
     lines.append(f"{'uniform causal map':<22}" + "".join(f"{base['uniform'][n]:>11.3f}" for n in STATISTICS))
-    for name, label in (("lesson_qk", "lesson §3 random q,k"), ("lesson_head", "lesson §5 random head"),
+    for name, label in (("random_qk", "lesson §3 random q,k"), ("random_head", "lesson §5 random head"),
                         ("init", "model at init")):
         lines.append(f"{label:<22}" + "".join(f"{base[name][n]['mean']:>6.3f}±{base[name][n]['std']:<4.2f}"
                                               for n in STATISTICS))
@@ -121,7 +122,7 @@ def attention_report(cfg: DictConfig) -> dict:
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",
                        "rows": "each a mean over rows i ≥ 1 where defined; held-out: mean over poems",
                        "flag": f"|value − mean| > {cfg.flag.k} std and > {cfg.flag.min_effect} for every baseline "
-                               "(lesson_qk and lesson_head over seeds, init over the model's heads)"},
+                               "(random_qk and random_head over seeds, init over the model's heads)"},
         "probe": measure(cfg, learned[:1], init[:1], [tokens]),
         "heldout": {"poems": len(poems), **measure(cfg, learned[1:], init[1:], heldout_tokens)} if poems else None,
     }
@@ -129,12 +130,12 @@ def attention_report(cfg: DictConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     n_layer, n_head, T, _ = learned[0].shape
     b = cfg.baselines
-    lesson = torch.stack([lesson_qk_maps(T, n_head, b.d, b.seed), lesson_head_maps(T, n_head, b.d_model, b.d_head, b.seed)])
+    random_maps = torch.stack([random_qk_maps(T, n_head, b.d, b.seed), random_head_maps(T, n_head, b.d_model, b.d_head, b.seed)])
     row_titles = ["trained", f"at initialisation\n(seed {cfg.init_seed})", f"lesson §3\nrandom q, k (d={b.d})",
                   "lesson §5\nrandom x, W_q, W_k"]
     report["figures"] = []
     for layer in range(n_layer):
-        grid = torch.cat([learned[0][layer : layer + 1], init[0][layer : layer + 1], lesson])  # (4, n_head, T, T)
+        grid = torch.cat([learned[0][layer : layer + 1], init[0][layer : layer + 1], random_maps])  # (4, n_head, T, T)
         fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {ckpt.parent.name}", row_titles=row_titles,
                              col_titles=[f"head {h} / map {h}" for h in range(n_head)])
         fig.savefig(out_dir / f"layer{layer}.png", dpi=100)
@@ -143,7 +144,7 @@ def attention_report(cfg: DictConfig) -> dict:
     verdicts = {"probe line": report["probe"]["heads"]}
     if report["heldout"]:
         verdicts[f"{len(poems)} held-out poems"] = report["heldout"]["heads"]
-    view = ProbeView(tokens, dict(zip(kinds, [learned[0].numpy(), init[0].numpy(), *lesson.numpy()])), verdicts)
+    view = ProbeView(tokens, dict(zip(kinds, [learned[0].numpy(), init[0].numpy(), *random_maps.numpy()])), verdicts)
     report["html"] = str(out_dir / "attention_view.html")
     Path(report["html"]).write_text(attention_view_html([view], f"{ckpt.parent.name} · {report['text']}"),
                                     encoding="utf-8")

@@ -3,7 +3,7 @@
 Composes the Hydra config (conf/train.yaml), checks that the attention backend can run
 here, prepares the corpus, then fits with Lightning. Checkpoints: checkpoints/<run_name>/;
 logs, wandb run and attention PNGs: logs/<run_name>/. `ckpt_path=last` resumes the newest
-run (README "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
+run (docs/training.md, "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from model.training.checkpoints import (  # noqa: E402
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
+from model.training.progress import StepProgressBar  # noqa: E402
 from model.training.runtime import (  # noqa: E402
     check_attention_backend,
     choose_cpu_precision,
@@ -80,6 +81,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         torch.set_float32_matmul_precision("high")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += [StepSeed(cfg.seed), StopOnSignal(run_dir)]
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(StepProgressBar())  # steps against max_steps, or seconds against max_time
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
                                       plugins=[AtomicCheckpointIO()])
     check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)

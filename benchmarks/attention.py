@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import describe  # noqa: E402
 from model.attention import BACKENDS, CausalSelfAttention, check_backend  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
@@ -154,7 +154,7 @@ def main(argv=None) -> None:
         b, T, d = args.memory_case
         return memory_case(b, int(T), float(d), args)
 
-    machine = (torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine())
+    machine = describe(args.device)
     print(f"# attention backends on {args.device} ({machine}), torch {torch.__version__}, {args.dtype}, "
           f"batch {args.batch}, n_embd {args.n_embd}, n_head {args.n_head}, median of {args.repeats}")
     rows = []

@@ -32,7 +32,6 @@ import argparse
 import csv
 import json
 import math
-import platform
 import resource
 import shutil
 import subprocess
@@ -48,7 +47,9 @@ import torch  # noqa: E402
 from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from benchmarks.machine import describe as machine  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
+from model.checkpoint import read_checkpoint  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import LitGPT, load_for_inference  # noqa: E402
 
@@ -59,21 +60,6 @@ NANOGPT = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_si
 NANOGPT_FIGURES = {3750: 5.168, 7500: 4.864}
 """nanoGPT itself (3adf61e) on this corpus: val/loss on the `blocks` windows after these iterations."""
 PROTOCOLS = ("poems", "blocks")
-
-
-def machine() -> str:
-    """The CPU model, cores and torch threads, e.g. 'AMD EPYC (2 cores, 2 threads), torch 2.13.0'."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
 
 
 def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False) -> PoetryDataModule:
@@ -174,7 +160,7 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux; the largest child so far
     ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
     lit = load_for_inference(ckpt)
-    steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    steps = read_checkpoint(ckpt)["global_step"]
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from benchmarks.machine import describe  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import build_optimizer  # noqa: E402
 
@@ -101,7 +102,7 @@ def main(argv=None) -> None:
     achieved = tokens_per_sec * flops_per_token(cfg)
     peak = peak_flops(args.device)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    result = {"model": args.model, "device": device, "batch": args.batch, "block_size": cfg.block_size,
+    result = {"machine": describe(args.device), "model": args.model, "device": device, "batch": args.batch, "block_size": cfg.block_size,
               "ms_per_step": round(seconds * 1e3, 2), "tokens_per_sec": round(tokens_per_sec),
               "flops_per_token": round(flops_per_token(cfg)), "achieved_tflops": round(achieved / 1e12, 3),
               "mfu": None if peak is None else round(achieved / peak, 4)}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import describe  # noqa: E402
 from data.poetry import LINE_END  # noqa: E402
 from data.tokenizer import CharTokenizer  # noqa: E402
 from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
@@ -95,7 +95,7 @@ def main() -> None:
 
     out = Path(str(args.out).format(device=args.device))
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
+    machine = describe(args.device)
     meta = {"device": args.device, "machine": machine, "threads": torch.get_num_threads(), "torch": torch.__version__}
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({**meta, "rows": rows}, indent=2))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import shutil
 import statistics
 import subprocess
@@ -32,8 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from benchmarks.machine import describe  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.tokenizer import EncodingUnavailableError  # noqa: E402
+from model.checkpoint import read_checkpoint  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
 
@@ -68,7 +69,7 @@ def train_run(name: str, overrides: list[str], minutes: float) -> dict:
     val = [r for r in rows if r.get("val/bpc")]
     if not val:
         raise RuntimeError(f"{metrics} has no validation row")
-    steps = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"]
+    steps = read_checkpoint(ckpt)["global_step"]
     speed = statistics.median(float(r["train/tokens_per_sec"]) for r in rows if r.get("train/tokens_per_sec"))
     return {"val_bpc": float(val[-1]["val/bpc"]), "val_loss": float(val[-1]["val/loss"]), "steps": steps,
             "tokens_per_sec_median": round(speed),  # a low value flags a run slowed by other work here
@@ -113,7 +114,7 @@ def main(argv=None) -> None:
         run = f"{r['val_bpc']:.3f} | {r['val_loss']:.3f} | {r['steps']:,} | {r['tokens_per_sec_median']:,}" if r else " | | | "
         print(f"| {name} | {c['characters']:,} | {c['tokens']:,} | {c['tokens_per_char']:.3f} | {c['vocab_used']:,} | {run} |")
 
-    meta = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+    meta = {"machine": describe(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "model": "tiny", "minutes_per_run": args.minutes,
             "ranks_file": args.ranks.name}
     args.out.parent.mkdir(parents=True, exist_ok=True)

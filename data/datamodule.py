@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -320,6 +321,12 @@ class PoetryDataModule(L.LightningDataModule):
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
-        """Every validation window once, in order, `4 · batch_size` windows per batch."""
-        return DataLoader(self.val_set, batch_size=self.batch_size * 4, shuffle=False,
+        """Every validation window exactly once, in order, `4 · batch_size` windows per batch.
+        Under w processes (DDP, any number of devices and nodes) rank r takes windows r, r + w,
+        ... and nothing more (Lightning's UnrepeatedDistributedSampler): the DistributedSampler
+        Lightning would add pads every rank to as many windows, scoring some twice."""
+        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+        sampler = UnrepeatedDistributedSampler(self.val_set, num_replicas=world, rank=rank, shuffle=False) \
+            if world > 1 else None
+        return DataLoader(self.val_set, batch_size=self.batch_size * 4, sampler=sampler,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -1,10 +1,13 @@
-"""Causal multi-head self-attention, as built in the lessons (`shared/seeds/`).
+"""Causal multi-head self-attention, as built in the attention lesson (a course lesson that
+builds it step by step on 「床前明月光」) and its supplementary reading (notes on chapter 3 of
+Raschka's *Build a Large Language Model (From Scratch)*, from its MLNLP-World and Datawhale
+Chinese translations); docs/attention.md describes both and walks through these steps.
 
-The steps and names follow the attention lesson (001, sections 3 and 5) and the shapes table
-of the supplementary reading (000, section 5.3): project x to q, k, v; split heads
-`(B, T, n_embd) → (B, n_head, T, d_k)`; scores = q kᵀ / √d_k; causal mask (a registered
-buffer, 000 §4.3) set to -inf; softmax; dropout on the attention weights (000 §6.3);
-weights @ v; merge heads; output projection. Formula: Vaswani et al. 2017, "Attention Is
+The steps and names follow the lesson (sections 3 and 5) and the shapes table of the reading
+(section 5.3): project x to q, k, v; split heads `(B, T, n_embd) → (B, n_head, T, d_k)`;
+scores = q kᵀ / √d_k; causal mask (a registered buffer, the reading's §4.3) set to -inf;
+softmax; dropout on the attention weights (the reading's §6.3); weights @ v; merge heads;
+output projection. Formula: Vaswani et al. 2017, "Attention Is
 All You Need", eq. 1. Two options act on q and k before the scores and keep every other step:
 `qk_norm` (RMS-normalise each head's q and k: Henry et al. 2020, "Query-Key Normalization for
 Transformers"; Dehghani et al. 2023) and `rope` (rotary position embeddings: Su et al. 2021,
@@ -152,7 +155,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)  # W_O
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
-        # lower-triangular mask: position t may look at positions ≤ t (lesson 001 §3)
+        # lower-triangular mask: position t may look at positions ≤ t (the lesson's section 3)
         mask = torch.ones(block_size, block_size, dtype=torch.bool).tril()
         self.register_buffer("mask", mask, persistent=False)  # (block_size, block_size)
         self.qk_norm, self.rope = qk_norm, rope

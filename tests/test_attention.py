@@ -74,8 +74,8 @@ def test_qk_norm_gives_unit_rms_queries_and_keys():
         torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(2, 2, 5), rtol=1e-4, atol=1e-4)
 
 
-def test_naive_backend_is_the_lesson_formula():
-    """Lesson 001 §5 per head: softmax(q kᵀ / √d_k + causal mask) v, then W_O."""
+def test_naive_backend_is_the_explicit_per_head_formula():
+    """The attention lesson's section 5 per head (docs/attention.md): softmax(q kᵀ / √d_k + causal mask) v, then W_O."""
     n_embd, n_head, T = 16, 2, 5
     m = layers(n_embd, n_head)["naive"]
     x = torch.randn(1, T, n_embd)

@@ -12,7 +12,7 @@ from data.datamodule import heldout_poems
 from data.poetry import form_of
 from data.script import corpus_to_script
 from data.tokenizer import CharTokenizer
-from model.inspection.attention_stats import STATISTICS, lesson_qk_maps
+from model.inspection.attention_stats import STATISTICS, random_qk_maps
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, ROOT
 from tests.html_views import dense, embedded_data
@@ -65,7 +65,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     assert saved == json.loads(json.dumps(report))
     assert saved["tokens"] == ["<bos>", *"床前明月光，疑是地上霜。"] and saved["heldout"]["poems"] == 3
     assert [(h["layer"], h["head"]) for h in saved["probe"]["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert set(saved["probe"]["baselines"]) == {"uniform", "lesson_qk", "lesson_head", "init"}
+    assert set(saved["probe"]["baselines"]) == {"uniform", "random_qk", "random_head", "init"}
     # the checkpoint holds the seed-1337 initialisation, so its heads are the "at init" baseline
     for name in STATISTICS:
         mean = sum(h[name] for h in saved["heldout"]["heads"]) / 4
@@ -81,7 +81,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     assert [h["pattern"] for h in probe["verdicts"][1]["heads"]] == [h["pattern"] for h in saved["heldout"]["heads"]]
     trained, init = (dense(probe["maps"][k], view["scale"]) for k in (0, 1))
     np.testing.assert_allclose(trained, init, atol=5e-5)  # this checkpoint is the seed-1337 initialisation
-    lesson = lesson_qk_maps(13, 2, 8, 0).numpy()  # the settings' lesson maps, one per head, for every layer
+    lesson = random_qk_maps(13, 2, 8, 0).numpy()  # the settings' section 3 maps, one per head, for every layer
     np.testing.assert_allclose(dense(probe["maps"][2], view["scale"])[0], lesson, atol=5e-5)
     table = format_table("probe", saved["probe"])
     assert "lesson §3 random q,k" in table and table.count("random-like") == 4

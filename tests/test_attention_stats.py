@@ -10,8 +10,8 @@ from model.inspection.attention_stats import (
     far_from,
     head_rows,
     head_statistics,
-    lesson_head_maps,
-    lesson_qk_maps,
+    random_head_maps,
+    random_qk_maps,
     line_structure,
     mean_statistics,
     uniform_causal_map,
@@ -113,22 +113,22 @@ def test_batched_maps_and_shape_errors():
     assert m["prev_line_same_pos"] == 0  # the second sequence's NaN is skipped
 
 
-def test_lesson_section_3_maps_are_the_lessons_construction():
+def test_random_qk_maps_are_the_lessons_section_3_construction():
     T, n, d = 5, 3, 8
-    maps = lesson_qk_maps(T, n, d, seed=7)
+    maps = random_qk_maps(T, n, d, seed=7)
     gen = torch.Generator().manual_seed(7)
     q, k = torch.randn(n, T, d, generator=gen), torch.randn(n, T, d, generator=gen)
     scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
     torch.testing.assert_close(maps, torch.softmax(scores, dim=-1))
     assert maps.shape == (n, T, T) and (maps.triu(1) == 0).all()
     torch.testing.assert_close(maps.sum(-1), torch.ones(n, T))
-    assert torch.equal(maps, lesson_qk_maps(T, n, d, seed=7)) and not torch.equal(maps, lesson_qk_maps(T, n, d, seed=8))
+    assert torch.equal(maps, random_qk_maps(T, n, d, seed=7)) and not torch.equal(maps, random_qk_maps(T, n, d, seed=8))
 
 
-def test_lesson_scaling_keeps_attention_spread_as_in_section_4():
+def test_scaling_keeps_random_attention_spread_as_in_section_4():
     """The lesson's section 4: without 1/√d the largest weight per row nears 1 at d = 256."""
     tokens = ["<bos>", *"一" * 15]
-    scaled = head_statistics(lesson_qk_maps(16, 64, d=256, seed=0), tokens)["max_weight"].mean()
+    scaled = head_statistics(random_qk_maps(16, 64, d=256, seed=0), tokens)["max_weight"].mean()
     gen = torch.Generator().manual_seed(0)
     q, k = torch.randn(64, 16, 256, generator=gen), torch.randn(64, 16, 256, generator=gen)
     unscaled = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(),
@@ -136,9 +136,9 @@ def test_lesson_scaling_keeps_attention_spread_as_in_section_4():
     assert scaled < 0.6 < 0.9 < head_statistics(unscaled, tokens)["max_weight"].mean()
 
 
-def test_lesson_section_5_head_is_the_lessons_construction():
+def test_random_head_maps_are_the_lessons_section_5_construction():
     T, n, d_model, d_head = 5, 2, 16, 8
-    maps = lesson_head_maps(T, n, d_model, d_head, seed=3)
+    maps = random_head_maps(T, n, d_model, d_head, seed=3)
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(n, T, d_model, generator=gen)
     W_q = torch.randn(n, d_model, d_head, generator=gen) / math.sqrt(d_model)
@@ -148,16 +148,16 @@ def test_lesson_section_5_head_is_the_lessons_construction():
     torch.testing.assert_close(maps, torch.softmax(scores, -1))
     assert maps.shape == (n, T, T) and (maps.triu(1) == 0).all()
     with pytest.raises(ValueError):
-        lesson_head_maps(0, 1)
+        random_head_maps(0, 1)
 
 
 def test_baseline_statistics_shapes_and_reproducibility():
     lists = [LINE, ["<bos>", *"白日依山尽，黄河入海流。"]]
     b = baseline_statistics(lists, n_samples=8, seed=1)
-    assert set(b) == {"uniform", "lesson_qk", "lesson_head"}
-    assert all(v.shape == (8,) for v in b["lesson_qk"].values()) and b["uniform"]["entropy"].shape == ()
-    assert torch.equal(b["lesson_head"]["self"], baseline_statistics(lists, n_samples=8, seed=1)["lesson_head"]["self"])
-    assert 0.3 < b["lesson_qk"]["max_weight"].mean() < 0.55  # the lesson's d = 8 rows: spread, not one-hot
+    assert set(b) == {"uniform", "random_qk", "random_head"}
+    assert all(v.shape == (8,) for v in b["random_qk"].values()) and b["uniform"]["entropy"].shape == ()
+    assert torch.equal(b["random_head"]["self"], baseline_statistics(lists, n_samples=8, seed=1)["random_head"]["self"])
+    assert 0.3 < b["random_qk"]["max_weight"].mean() < 0.55  # the lesson's d = 8 rows: spread, not one-hot
 
 
 def test_far_from_and_pattern_names():
@@ -167,7 +167,7 @@ def test_far_from_and_pattern_names():
     assert far_from(float("nan"), samples) == 0
     base = {n: torch.tensor([0.18, 0.2, 0.22]) for n in STATISTICS}
     base["entropy"] = torch.tensor([1.5, 1.6, 1.7])
-    baselines = {"lesson_qk": base, "init": {n: v + 0.01 for n, v in base.items()}}
+    baselines = {"random_qk": base, "init": {n: v + 0.01 for n, v in base.items()}}
     prev_head = {**{n: 0.2 for n in STATISTICS}, "entropy": 0.5, "prev_token": 0.9, "self": 0.6}
     flags, pattern = classify(prev_head, baselines)
     assert flags == {"entropy": "low", "prev_token": "high", "self": "high"} and pattern == "previous-token head"
@@ -188,7 +188,7 @@ def test_far_from_and_pattern_names():
 
 @pytest.mark.parametrize("statistic, pattern", [("prev_line_next_pos", "parallel-position head"),
                                                 ("prev_line_rhyme", "rhyme head")])
-def test_poetry_heads_are_flagged_and_named_against_the_lesson_baselines(statistic, pattern):
+def test_poetry_heads_are_flagged_and_named_against_the_random_baselines(statistic, pattern):
     """Heads like the issue's L3H0 and L3H2 (0.8 of each second-line row on the target, the rest
     uniform) stand out from the lesson's random maps and are named after what they do."""
     T = len(LINE)
@@ -201,6 +201,6 @@ def test_poetry_heads_are_flagged_and_named_against_the_lesson_baselines(statist
             head[i, target[i]] += 0.8
     values = {n: v.item() for n, v in head_statistics(head, LINE).items()}
     assert values[statistic] > 0.8
-    lesson = baseline_statistics([LINE], n_samples=16)
-    flags, name = classify(values, {"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"]})
+    random_maps = baseline_statistics([LINE], n_samples=16)
+    flags, name = classify(values, {"random_qk": random_maps["random_qk"], "random_head": random_maps["random_head"]})
     assert flags[statistic] == "high" and name == pattern

@@ -28,7 +28,7 @@ def default_views(n_layer=4, n_head=4) -> list[ProbeView]:
         tokens = ["<bos>", *line]
         T = len(tokens)
         trained = causal((n_layer, n_head, T, T), seed=p)
-        baselines = {name: {n: torch.rand(8) for n in STATISTICS} for name in ("lesson_qk", "init")}
+        baselines = {name: {n: torch.rand(8) for n in STATISTICS} for name in ("random_qk", "init")}
         heads = head_rows(head_statistics(torch.from_numpy(trained), tokens), baselines)
         views.append(ProbeView(tokens, {"trained": trained, "at initialisation": causal((n_layer, n_head, T, T), 10 + p),
                                         "lesson §3": causal((n_head, T, T), 20 + p),

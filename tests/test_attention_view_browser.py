@@ -13,15 +13,13 @@ import pytest
 import torch
 
 from attention_maps import attention_report
-from data.script import corpus_to_script
-from data.tokenizer import CharTokenizer
 from model.gpt import GPT
-from model.inspection.attention_stats import lesson_head_maps, lesson_qk_maps
+from model.inspection.attention_stats import random_head_maps, random_qk_maps
 from model.inspection.attention_view import page as empty_page
-from model.training.lit import LitGPT, load_for_inference
-from tests.conftest import POEMS, write_corpus
+from model.training.lit import load_for_inference
+from tests.conftest import write_corpus
 from tests.html_views import embedded_data
-from tests.test_attention_maps import report_cfg
+from tests.test_attention_maps import report_cfg, write_checkpoint
 
 pytestmark = pytest.mark.browser
 
@@ -45,15 +43,12 @@ def browser():
 
 def sharp_checkpoint(path: Path) -> Path:
     """A tiny untrained model whose q and k weights are scaled up ×20: sharp maps, a different pattern per head."""
-    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
-    torch.manual_seed(0)
-    lit = LitGPT(model=dict(block_size=32, n_layer=N_LAYER, n_head=N_HEAD, n_embd=16, dropout=0.0, bias=False,
-                            attention="sdpa"), optim={}, tokenizer=tok.state_dict())
-    with torch.no_grad():
-        for block in lit.gpt.blocks:
-            block.attn.c_attn.weight[: 2 * 16] *= 20.0  # the W_q and W_k rows
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
+    write_checkpoint(path, n_layer=N_LAYER, seed=0)
+    ckpt = torch.load(path, weights_only=True)
+    for name, w in ckpt["state_dict"].items():
+        if name.endswith("attn.c_attn.weight"):
+            w[: 2 * w.size(1)] *= 20.0  # the W_q and W_k rows
+    torch.save(ckpt, path)
     return path
 
 
@@ -72,8 +67,8 @@ def exported(tmp_path_factory):
     with torch.no_grad():
         trained, at_init = (torch.stack(m.attention_maps(idx), 1)[0] for m in (lit.gpt, init))  # (L, H, T, T)
     T = len(tokens)
-    lesson = [m.expand(N_LAYER, -1, -1, -1) for m in (lesson_qk_maps(T, N_HEAD, 8, 0),
-                                                      lesson_head_maps(T, N_HEAD, 16, 8, 0))]
+    lesson = [m.expand(N_LAYER, -1, -1, -1) for m in (random_qk_maps(T, N_HEAD, 8, 0),
+                                                      random_head_maps(T, N_HEAD, 16, 8, 0))]
     arrays = torch.stack([trained, at_init, *lesson]).double().numpy()
     assert np.abs(arrays[0] - arrays[1]).max() > 0.1 and np.abs(arrays[0, :, 0] - arrays[0, :, 1]).max() > 0.1
     return Path(report["html"]), report, tokens, arrays

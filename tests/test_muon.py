@@ -18,6 +18,16 @@ def test_orthogonalize_brings_every_singular_value_near_one(shape):
         orthogonalize(torch.randn(4))
 
 
+@pytest.mark.parametrize("scale", [1e-9, 1e-30, 1e-40, 1e6, 1e30])
+def test_orthogonalize_is_scale_invariant_down_to_subnormal_gradients(scale):
+    g = torch.randn(16, 48, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(orthogonalize(g * scale), orthogonalize(g), atol=1e-5, rtol=1e-4)
+
+
+def test_a_zero_gradient_gets_a_zero_update():
+    assert torch.equal(orthogonalize(torch.zeros(8, 3)), torch.zeros(8, 3))
+
+
 def test_adamw_groups_step_exactly_as_torch_adamw():
     torch.manual_seed(0)
     a, b = torch.nn.Linear(8, 5), torch.nn.Linear(8, 5)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import train as train_script
+from model.checkpoint import read_checkpoint
 from model.training.checkpoints import AtomicCheckpointIO, resolve_ckpt_path
 from model.training.interruption import TrainingInterrupted
 from model.training.lit import LitGPT
@@ -52,7 +53,7 @@ class Recorder:
 
 
 def weights(path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    return read_checkpoint(path)["state_dict"]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def test_sigterm_after_10_steps_then_resume_gives_the_uninterrupted_run(uninterr
     first = rec.run(make_train_cfg(tmp_path / "a", corpus, monkeypatch)(*RUN), signal_at=9)  # during the 10th step
     ckpt = tmp_path / "a" / "checkpoints" / "test" / "last.ckpt"
     assert sorted(first) == list(range(10))
-    assert torch.load(ckpt, weights_only=False)["global_step"] == 10  # the step under way, not the last validation
+    assert read_checkpoint(ckpt)["global_step"] == 10  # the step under way, not the last validation
     second = rec.run(make_train_cfg(tmp_path / "b", corpus, monkeypatch)(*RUN, f"ckpt_path={ckpt.parent}"))
     assert sorted(second) == list(range(10, 20))
     assert_same_run(uninterrupted, first | second, tmp_path / "b" / "checkpoints" / "test" / "last.ckpt")
@@ -93,7 +94,7 @@ def test_several_resumes_with_loader_workers_give_the_uninterrupted_run(uninterr
     reference = SimpleNamespace(batches=rec.run(cfg("ref")), weights=weights(tmp_path / "ref/checkpoints/test/last.ckpt"))
     seen = rec.run(cfg("a"), signal_at=6, signum=signal.SIGINT)
     seen |= rec.run(cfg("b", f"ckpt_path={tmp_path / 'a/checkpoints/test'}"), crash_at=13)
-    assert torch.load(tmp_path / "b/checkpoints/test/last.ckpt", weights_only=False)["global_step"] == 10
+    assert read_checkpoint(tmp_path / "b/checkpoints/test/last.ckpt")["global_step"] == 10
     seen |= rec.run(cfg("c", f"ckpt_path={tmp_path / 'b/checkpoints/test'}"))
     assert_same_run(reference, seen, tmp_path / "c/checkpoints/test/last.ckpt")
 
@@ -113,12 +114,12 @@ def test_sigterm_to_a_training_process_saves_the_step_and_exits_non_zero(tiny_co
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out
     ckpt = tmp_path / "checkpoints" / "job" / "last.ckpt"
-    step = torch.load(ckpt, weights_only=False)["global_step"]
+    step = read_checkpoint(ckpt)["global_step"]
     assert step >= 1 and f"stopped at step {step}; saved {ckpt}" in out
     cfg = make_train_cfg(tmp_path, tiny_corpus, monkeypatch)(*RUN, "ckpt_path=last", f"trainer.max_steps={step + 1}",
                                                             "trainer.val_check_interval=1")
     train_script.train(cfg)  # the newest run's last.ckpt: one more step
-    assert torch.load(tmp_path / "checkpoints" / "test" / "last.ckpt", weights_only=False)["global_step"] == step + 1
+    assert read_checkpoint(tmp_path / "checkpoints" / "test" / "last.ckpt")["global_step"] == step + 1
 
 
 def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
@@ -133,10 +134,10 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         io.save_checkpoint({"global_step": 2}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"global_step": 1}
+    assert read_checkpoint(path) == {"global_step": 1}
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # no temporary file left
     io.save_checkpoint({"global_step": 3}, path)
-    assert torch.load(path, weights_only=False) == {"global_step": 3}
+    assert read_checkpoint(path) == {"global_step": 3}
 
 
 def test_ckpt_path_last_or_a_run_folder_means_its_last_ckpt(tmp_path):

@@ -91,3 +91,39 @@ def test_every_ddp_rank_has_the_same_run_name(tiny_corpus, tmp_path):
     logs = {p.name: p.read_text() for p in (tmp_path / "logs" / run.name).glob("*.log")}
     assert set(logs) == {"train.log", "train_ddp_process_1.log"}  # rank 0, rank 1
     assert all(f"run_name {run.name}: checkpoints in {run}" in text for text in logs.values())
+
+
+def folder_hashes(*folders):
+    """{path: sha256} of every file under `folders`."""
+    import hashlib
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for f in folders for p in sorted(f.rglob("*")) if p.is_file()}
+
+
+def another_runs_folders(tmp_path, with_checkpoints=True):
+    """The folders a run named `first` leaves: checkpoints, Hydra's record, its log and wandb files."""
+    ckpt, logs = tmp_path / "checkpoints" / "first", tmp_path / "logs" / "first"
+    for path, text in {logs / ".hydra" / "config.yaml": "model:\n  n_layer: 4\n", logs / ".hydra" / "overrides.yaml": "[]\n",
+                       logs / ".hydra" / "hydra.yaml": "hydra: {}\n", logs / "train.log": "step 1\n",
+                       logs / "wandb" / "offline-run-x" / "run-x.wandb": "records"}.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if with_checkpoints:
+        ckpt.mkdir(parents=True)
+        (ckpt / "last.ckpt").write_bytes(b"weights")
+    return ckpt, logs
+
+
+@pytest.mark.parametrize("with_checkpoints", [True, False], ids=["checkpoints and logs", "logs only"])
+def test_a_refused_run_changes_no_byte_of_the_run_it_collided_with(tiny_corpus, tmp_path, with_checkpoints):
+    ckpt, logs = another_runs_folders(tmp_path, with_checkpoints)
+    before = folder_hashes(ckpt, logs)
+    env = {k: v for k, v in os.environ.items() if k != RUN_NAME_ENV}
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *tiny_overrides(tmp_path, tiny_corpus), *QUICK,
+                           "run_name=first", "model.n_layer=1"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    taken = ckpt if with_checkpoints else logs
+    assert proc.stderr.strip().splitlines() == [
+        f"error: run_name=first is taken: {taken} exists (another run's record, left unchanged); choose another "
+        f"run_name, or continue that run with ckpt_path={ckpt}"]
+    assert folder_hashes(ckpt, logs) == before and len(before) == 5 + with_checkpoints
+    assert {p.name for p in tmp_path.iterdir()} == {"corpus", "logs"} | ({"checkpoints"} if with_checkpoints else set())

@@ -117,6 +117,20 @@ def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
     torch.testing.assert_close(out[survivors], logits[0, survivors])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("probs, top_p, n_kept", [([0.5, 0.3, 0.1, 0.1], 0.8, 2), ([0.25] * 4, 0.75, 3),
+                                                  ([0.1] * 10, 0.3, 3), ([0.1] * 10, 0.7, 7), ([0.2] * 5, 0.6, 3),
+                                                  ([0.5, 0.3, 0.1, 0.1], 0.8001, 3)])
+def test_top_p_at_an_exact_boundary_keeps_the_set_that_reaches_it(probs, top_p, n_kept, dtype):
+    logits = torch.tensor(probs, dtype=dtype).log()[None]  # softmax does not give back probs exactly
+    assert torch.isfinite(top_p_filter(logits, top_p)).sum().item() == n_kept
+
+
+def test_top_p_one_keeps_every_token_of_nonzero_probability():
+    logits = torch.tensor([[0.0, -80.0, -math.inf]])  # exp(-80) ≈ 1.8e-35: tiny, but a float32 > 0
+    assert torch.isfinite(top_p_filter(logits, 1.0)).tolist() == [[True, True, False]]
+
+
 def test_non_finite_logits_raise_instead_of_sampling():
     m = tiny()
     with torch.no_grad():

@@ -64,7 +64,7 @@ def unchanged_share(lines, script, known):
 
 @pytest.mark.parametrize("script", ["traditional", "simplified"])
 def test_corpus_lines_normalised_in_their_own_script_come_back_unchanged(corpus_texts, script):
-    """The README's figures: with the model's characters (both tokenizers record them) every line
+    """docs/sampling.md's claims: with the model's characters (both tokenizers record them) every line
     of the corpus comes back unchanged; OpenCC's dictionaries alone (older BPE checkpoints) keep
     all simplified lines and 98.9 % of the traditional ones (its variants 却, 荆, 迹, ... count
     as simplified)."""

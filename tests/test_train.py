@@ -37,6 +37,8 @@ def test_training_lowers_the_loss_and_writes_checkpoints(trained):
     ckpt_dir = tmp_path / "checkpoints" / "test"
     assert (ckpt_dir / "last.ckpt").is_file()
     assert len(list(ckpt_dir.glob("best-step*.ckpt"))) == 1
+    for ckpt in ckpt_dir.glob("*.ckpt"):  # plain data: loadable with weights_only=True (issue 17)
+        assert torch.serialization.get_unsafe_globals_in_checkpoint(ckpt) == []
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
     rows = history(run)
     val = [r["val/loss"] for r in rows if "val/loss" in r]
@@ -249,30 +251,30 @@ def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
     assert all(torch.equal(fresh[k], v) for k, v in built["state"].items())
 
 
-def readme_metric_keys() -> list[str]:
-    """The keys in the first column of the README's table under "### Metrics"."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Metrics", 1)[1].split("\n#", 1)[0]
+def documented_metric_keys() -> list[str]:
+    """The keys in the first column of the table under "## Metrics" in docs/training.md."""
+    page = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    section = page.split("## Metrics", 1)[1].split("\n#", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     return [key for cell in rows for key in re.findall(r"`([^`]+)`", cell)]
 
 
 def key_pattern(key: str) -> str:
-    """A README key as a regular expression: <p>, <l>, <h> are numbers, <statistic> a statistic's name,
+    """A documented key as a regular expression: <p>, <l>, <h> are numbers, <statistic> a statistic's name,
     <metric> one of the evaluation's figures."""
     pattern = re.escape(key).replace("<statistic>", "(" + "|".join(STATISTICS) + ")")
     pattern = pattern.replace("<metric>", "(" + "|".join(METRICS) + ")")
     return re.sub("<[a-z]>", r"\\d+", pattern)
 
 
-def test_readme_lists_exactly_the_logged_keys(trained):
-    """Every key the README's Metrics table names is logged, and every logged key is in it
-    (the README once named `lr-AdamW`; the logged keys carry the parameter group's name)."""
+def test_the_docs_list_exactly_the_logged_keys(trained):
+    """Every key the Metrics table of docs/training.md names is logged, and every logged key is in it
+    (the docs once named `lr-AdamW`; the logged keys carry the parameter group's name)."""
     _, _, tmp_path = trained
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
     logged = {k for row in history(run) for k in row} - {"epoch", "trainer/global_step", "_step", "_runtime",
                                                           "_timestamp"}
-    listed = readme_metric_keys()
+    listed = documented_metric_keys()
     assert "lr-MuonAdamW/muon" in listed and "lr-AdamW" not in listed
     assert [k for k in listed if not any(re.fullmatch(key_pattern(k), got) for got in logged)] == []
     assert sorted(k for k in logged if not any(re.fullmatch(key_pattern(r), k) for r in listed)) == []

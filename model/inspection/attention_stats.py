@@ -28,8 +28,9 @@ the same position (`prev_line_next_pos`: from `，` to 床, from 疑 to 前, …
 looks at the previous line's last character from every row (`prev_line_rhyme`: 光 from
 疑是地上) keeps the rhyme in view.
 
-Baselines (lesson `shared/seeds/001…`): section 3's map from random q, k of size d = 8,
-and section 5's head: random x, W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
+Baselines, the random maps of the attention lesson (docs/attention.md, "The random-q/k
+baselines"): section 3's map from random q, k ~ N(0, 1) of size d = 8, and section 5's head:
+x ~ N(0, 1), W_q, W_k ~ N(0, 1/d_model), d_model = 16, d_head = 8.
 """
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ def uniform_causal_map(T: int) -> torch.Tensor:
     return m / m.sum(-1, keepdim=True)
 
 
-def lesson_qk_maps(T: int, n: int, d: int = 8, seed: int = 0) -> torch.Tensor:
+def random_qk_maps(T: int, n: int, d: int = 8, seed: int = 0) -> torch.Tensor:
     """The lesson's section 3 maps: q, k ~ N(0, 1) of size d, scores q kᵀ/√d, causal mask, softmax.
 
     T: positions; n: how many independent maps; d: q/k size (the lesson's 8); seed: torch
@@ -169,7 +170,7 @@ def lesson_qk_maps(T: int, n: int, d: int = 8, seed: int = 0) -> torch.Tensor:
     return causal_attention_weights(q, k, torch.ones(T, T, dtype=torch.bool).tril())  # (n, T, T)
 
 
-def lesson_head_maps(T: int, n: int, d_model: int = 16, d_head: int = 8, seed: int = 0) -> torch.Tensor:
+def random_head_maps(T: int, n: int, d_model: int = 16, d_head: int = 8, seed: int = 0) -> torch.Tensor:
     """The lesson's section 5 head: x ~ N(0, 1) of size d_model, W_q, W_k ~ N(0, 1/d_model)
     of shape (d_model, d_head), q = x W_q, k = x W_k, scores q kᵀ/√d_head, causal mask, softmax.
 
@@ -188,22 +189,22 @@ def lesson_head_maps(T: int, n: int, d_model: int = 16, d_head: int = 8, seed: i
 
 def baseline_statistics(token_lists: list[list[str]], n_samples: int = 32, d: int = 8, d_model: int = 16,
                         d_head: int = 8, seed: int = 0) -> dict[str, dict[str, torch.Tensor]]:
-    """The statistics of the uniform map and of the two lesson baselines on the given sequences.
+    """The statistics of the uniform map and of the two random baselines on the given sequences.
 
     For sequence s, `n_samples` independent random maps of its length from generator seed
-    `seed + s` (`lesson_qk_maps`, `lesson_head_maps`); sample k's value is the mean over
+    `seed + s` (`random_qk_maps`, `random_head_maps`); sample k's value is the mean over
     the sequences of map k's statistic, as in `mean_statistics`. → {"uniform": {name: ()
-    tensor}, "lesson_qk": {name: (n_samples,)}, "lesson_head": {name: (n_samples,)}}.
+    tensor}, "random_qk": {name: (n_samples,)}, "random_head": {name: (n_samples,)}}.
     raises ValueError if token_lists is empty.
     """
     if not token_lists:
         raise ValueError("need at least one sequence")
-    qk = [lesson_qk_maps(len(t), n_samples, d, seed + s) for s, t in enumerate(token_lists)]  # (n_samples, T_s, T_s)
-    head = [lesson_head_maps(len(t), n_samples, d_model, d_head, seed + s) for s, t in enumerate(token_lists)]
+    qk = [random_qk_maps(len(t), n_samples, d, seed + s) for s, t in enumerate(token_lists)]  # (n_samples, T_s, T_s)
+    head = [random_head_maps(len(t), n_samples, d_model, d_head, seed + s) for s, t in enumerate(token_lists)]
     return {
         "uniform": mean_statistics([uniform_causal_map(len(t)) for t in token_lists], token_lists),
-        "lesson_qk": mean_statistics(qk, token_lists),
-        "lesson_head": mean_statistics(head, token_lists),
+        "random_qk": mean_statistics(qk, token_lists),
+        "random_head": mean_statistics(head, token_lists),
     }
 
 
@@ -230,7 +231,7 @@ def classify(stats: dict[str, float], baselines: dict[str, torch.Tensor | dict[s
     """Flag one head's statistics against every baseline and name its pattern.
 
     stats: {name: value} of one head; baselines: {baseline: {name: (n,) samples}} (e.g. the
-    lesson maps over seeds, the model at initialisation over its heads). A statistic is
+    random maps over seeds, the model at initialisation over its heads). A statistic is
     flagged "high" / "low" when `far_from` says so in the same direction for every
     baseline. The pattern is `PATTERNS[name]` of the largest mass flagged high, else
     "focused" if the entropy is flagged low, else "diffuse" if flagged high, else

@@ -34,16 +34,26 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+TOP_P_TOLERANCE = 1e-6
+"""Probability mass by which a set may fall short of `top_p` and still reach it: softmax and cumsum
+round (in float64 the mass of 0.5 and 0.3 from their logarithms is 0.7999999999999999), and an exact
+comparison would then keep one token more than the smallest set (cf. huggingface/transformers#18976)."""
+
+
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filtering: keep the smallest set of likeliest tokens whose probability reaches
-    `top_p`, -inf elsewhere; the likeliest token always survives.
+    `top_p` (within TOP_P_TOLERANCE), -inf elsewhere; the likeliest token always survives, and
+    top_p = 1 keeps every token of nonzero probability.
 
     logits: (B, V) float; top_p in (0, 1]. Holtzman et al. 2020, "The Curious Case of Neural
     Text Degeneration", §3.1.
     """
+    if top_p >= 1:
+        return logits
     probs, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # (B, V) each
     before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above each one
-    drop_sorted = before >= top_p  # the first token has before = 0 < top_p: never dropped
+    drop_sorted = before >= top_p - TOP_P_TOLERANCE
+    drop_sorted[:, 0] = False  # the likeliest token, also for a top_p below the tolerance
     drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
     return logits.masked_fill(drop, float("-inf"))
 

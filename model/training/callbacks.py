@@ -23,8 +23,8 @@ from model.inspection.attention_stats import (
     baseline_statistics,
     head_rows,
     head_statistics,
-    lesson_head_maps,
-    lesson_qk_maps,
+    random_head_maps,
+    random_qk_maps,
 )
 from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.evaluation import is_char_model, is_plan_model, sample_and_measure, sample_requests
@@ -59,7 +59,8 @@ def probe_maps(gpt: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionMapLogger(L.Callback):
-    """Logs what the attention heads do on a few probe lines, beside the lesson's random maps.
+    """Logs what the attention heads do on a few probe lines, beside the random-q/k maps of the
+    attention lesson (docs/attention.md).
 
     probe_lines: lines or poems (any script; converted to the model's), each at most
     block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
@@ -102,11 +103,11 @@ class AttentionMapLogger(L.Callback):
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
         for (_, tokens), maps in zip(self._probes, self._init_maps):
-            lesson = baseline_statistics([tokens], self.n_samples)
+            random_maps = baseline_statistics([tokens], self.n_samples)
             init = {name: v.flatten() for name, v in head_statistics(maps, tokens).items()}  # over all heads
-            self._baselines.append({"lesson_qk": lesson["lesson_qk"], "lesson_head": lesson["lesson_head"], "init": init})
+            self._baselines.append({"random_qk": random_maps["random_qk"], "random_head": random_maps["random_head"], "init": init})
         n_head = self._init_maps[0].size(1)
-        self._lesson_maps = [torch.stack([lesson_qk_maps(len(t), n_head), lesson_head_maps(len(t), n_head)])
+        self._random_maps = [torch.stack([random_qk_maps(len(t), n_head), random_head_maps(len(t), n_head)])
                              for _, t in self._probes]  # each (2, n_head, T, T): the lesson's section 3 and 5 maps
         self.seconds += time.perf_counter() - start
 
@@ -136,7 +137,7 @@ class AttentionMapLogger(L.Callback):
             rows += [[step, p, r["layer"], r["head"], *(r[n] for n in STATISTICS), " ".join(r["flags"]), r["pattern"]]
                      for r in heads]
             views.append(ProbeView(tokens, dict(zip(VIEW_KINDS, [maps.numpy(), self._init_maps[p].numpy(),
-                                                                 *self._lesson_maps[p].numpy()])),
+                                                                 *self._random_maps[p].numpy()])),
                                    {"probe line": heads}))
             layers = [f"layer {layer}" for layer in range(maps.size(0))]
             images[f"attention/probe{p}"] = out_dir / f"step{step:06d}_probe{p}.png"
@@ -164,7 +165,7 @@ class AttentionMapLogger(L.Callback):
         """Rows: the model at initialisation (one row per layer), then the lesson's random maps."""
         init = self._init_maps[p]  # (n_layer, n_head, T, T)
         n_layer, n_head = init.shape[:2]
-        return attention_grid(torch.cat([init, self._lesson_maps[p]]).numpy(), tokens,
+        return attention_grid(torch.cat([init, self._random_maps[p]]).numpy(), tokens,
                               title=f"{''.join(tokens[1:])} · baselines",
                               row_titles=[f"init · layer {layer}" for layer in range(n_layer)]
                               + ["lesson §3\nrandom q, k", "lesson §5\nrandom x, W_q, W_k"],

@@ -3,7 +3,7 @@ found and checked before a run resumes from one.
 
 `ckpt_path` (conf/train.yaml) may be `last` (the newest run's `last.ckpt`), a run folder
 (its `last.ckpt`) or a `.ckpt` file; a checkpoint of another shape or vocabulary than the
-config asks for is refused in one line before any training (README "Resume and interruption").
+config asks for is refused in one line before any training (docs/training.md, "Resume and interruption").
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from data.tokenizer import SPECIALS
+from model.checkpoint import read_checkpoint
 from model.training.lit import latest_checkpoint
 
 FREE_ON_RESUME = ("dropout", "attention")
@@ -27,7 +28,8 @@ FREE_ON_RESUME = ("dropout", "attention")
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's torch checkpoint writer, made atomic: each checkpoint is written to a
     temporary file beside its path, then renamed over it (`os.replace`), so a save
-    interrupted at any point leaves the previous file (e.g. `last.ckpt`) whole and loadable."""
+    interrupted at any point leaves the previous file (e.g. `last.ckpt`) whole and loadable.
+    Resuming (`trainer.fit(ckpt_path=...)`) reads the file as data only (`read_checkpoint`)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         path = Path(path)
@@ -37,6 +39,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """The checkpoint at local `path`, tensors on the CPU, whatever `weights_only` Lightning
+        passes. raises UnsafeCheckpointError / ValueError as `read_checkpoint`."""
+        return read_checkpoint(path)
 
 
 class FiniteModelCheckpoint(ModelCheckpoint):
@@ -66,8 +73,9 @@ def resolve_ckpt_path(ckpt_path: str | Path, checkpoint_dir: str | Path) -> Path
 
 
 def load_checkpoint(path: Path) -> dict:
-    """Checkpoint `path` as Lightning wrote it, memory-mapped on the CPU."""
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    """Checkpoint `path` as Lightning wrote it, memory-mapped on the CPU; read as data only
+    (`model.checkpoint.read_checkpoint`: raises UnsafeCheckpointError for anything else)."""
+    return read_checkpoint(path, mmap=True)
 
 
 def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:

@@ -7,7 +7,7 @@ scheduler never records an interrupted run as a success. `StepSeed` makes a step
 draws (dropout) a function of the step, so a resumed run draws what an uninterrupted one
 does. With the resumable training loader (data/datamodule.py) and Lightning's saved
 optimizer, scheduler and loop state, a run resumed from such a checkpoint continues as if
-it had never stopped (README "Resume and interruption").
+it had never stopped (docs/training.md, "Resume and interruption").
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class StopOnSignal(L.Callback):
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if stop:
             path = self.dirpath / "last.ckpt"
-            trainer.save_checkpoint(path, weights_only=False)
+            trainer.save_checkpoint(path, weights_only=False)  # Lightning: save optimizer and loops too (not a load)
             warn(f"stopped at step {trainer.global_step}; saved {path}. Resume with "
                  "`python train.py ckpt_path=last` (and the same settings)")
             raise TrainingInterrupted(self.signum or signal.SIGTERM, path)

@@ -30,6 +30,7 @@ from torchmetrics import SumMetric
 from data.datamodule import IGNORE
 from data.script import prompt_to_script, variants
 from data.tokenizer import UnknownCharactersError, check_code_points, tokenizer_from_state
+from model.checkpoint import read_checkpoint
 from model.gpt import GPT, GPTConfig
 from model.training.muon import MuonAdamW
 
@@ -57,9 +58,12 @@ class LitGPT(L.LightningModule):
         self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size, **model))
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
-        self.val_nats, self.val_tokens, self.val_chars = SumMetric(nan_strategy="disable"), SumMetric(), SumMetric()
+        # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
+        self.val_nats, self.val_tokens, self.val_chars = (SumMetric(nan_strategy="disable").set_dtype(torch.float64),
+                                                          SumMetric().set_dtype(torch.float64),
+                                                          SumMetric().set_dtype(torch.float64))
         self._last_step_time: float | None = None
-        self.val_text_nats = SumMetric(nan_strategy="disable")  # nats of the non-plan predictions: `val/bpc_text`
+        self.val_text_nats = SumMetric(nan_strategy="disable").set_dtype(torch.float64)  # non-plan targets: `val/bpc_text`
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Same as `GPT.forward`: idx (B, T) int64 → (logits (B, T, vocab_size), loss or None)."""
@@ -125,10 +129,12 @@ class LitGPT(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         """Accumulates the batch's nats (all, and those of non-plan targets), scored tokens and poem
-        characters (targets -1 are not scored)."""
+        characters (targets -1 are not scored), in float64. Each held-out window is scored once on
+        one rank (`PoetryDataModule.val_dataloader`); the sums are reduced across ranks."""
         x, y = batch  # (B, T), (B, T)
         _, nats = self.gpt(x, y, reduction="none")  # (B, T) nats per position, 0 where not scored
         scored = y != IGNORE  # (B, T)
+        nats = nats.double()  # (B, T) float64: sums that do not depend on how windows are batched
         self.val_nats.update(nats.sum())
         self.val_tokens.update(scored.sum())
         self.val_chars.update(self.char_counts[y[scored]].sum())
@@ -224,13 +230,14 @@ def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu"
     """A trained LitGPT from a checkpoint file, in eval mode on `device`.
 
     attention: override the backend the model was trained with (e.g. 'sdpa').
-    raises FileNotFoundError naming the path if it does not exist.
+    raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError if the
+    file holds more than tensors and plain containers (nothing in it runs).
     """
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
                                 "or pass ckpt_path=checkpoints/<run>/last.ckpt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(path)
     hp = ckpt["hyper_parameters"]
     if attention is not None:
         hp = {**hp, "model": {**hp["model"], "attention": attention}}

@@ -21,8 +21,10 @@ def orthogonalize(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     """≈ U Vᵀ of g = U S Vᵀ: g (m, n) float → (m, n) float32 with singular values ≈ 0.7–1.2.
 
     Five quintic Newton–Schulz iterations X ← aX + (b·A + c·A²)X, A = X Xᵀ, on the shorter
-    side of the matrix, after scaling g to spectral norm ≤ 1 (Frobenius norm). raises
-    ValueError if g is not 2-D.
+    side of the matrix, after scaling g to spectral norm ≤ 1 (Frobenius norm). Scale-invariant:
+    g is divided by its largest |entry| first, so a gradient of any nonzero norm (even a
+    subnormal one) gets the same update and a zero gradient a zero update. raises ValueError
+    if g is not 2-D.
     """
     if g.dim() != 2:
         raise ValueError(f"orthogonalize needs a matrix, got shape {tuple(g.shape)}")
@@ -31,7 +33,9 @@ def orthogonalize(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     tall = x.size(0) > x.size(1)
     if tall:
         x = x.T  # (n, m): iterate on the smaller Gram matrix
-    x = x / (x.norm() + 1e-7)
+    tiny = torch.finfo(x.dtype).tiny  # divides only a zero matrix: 0 / tiny = 0
+    x = x / x.abs().amax().clamp_min(tiny)  # entries in [-1, 1]: the norm below neither under- nor overflows
+    x = x / x.norm().clamp_min(tiny)
     for _ in range(steps):
         A = x @ x.T  # (short, short)
         x = a * x + (b * A + c * A @ A) @ x

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -43,6 +44,25 @@ def check_new_run_folder(checkpoint_dir: Path, run_name: str) -> None:
     if os.environ.get(RUN_NAME_ENV) != run_name and any(checkpoint_dir.glob("*.ckpt")):
         raise ValueError(f"{checkpoint_dir} already holds checkpoints of another run; choose another run_name "
                          f"(to continue that run: ckpt_path={checkpoint_dir})")
+
+
+class RefuseTakenRunName(Callback):
+    """Hydra callback (conf/hydra/default.yaml) that refuses a `run_name` another run has used,
+    in `on_run_start`: before Hydra writes the run's output folder (`.hydra/*.yaml`, `train.log`),
+    so a refused run changes no byte of another run's checkpoints, logs or wandb files."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        """raises SystemExit `error: run_name=<name> is taken ...` (exit status 1) if
+        `checkpoints/<run_name>` or `logs/<run_name>` exists, unless this process is a DDP rank
+        of that run (started by its rank 0, which made the folders)."""
+        name = config.run_name
+        if os.environ.get(RUN_NAME_ENV) == name:
+            return
+        for folder in (Path(config.paths.checkpoint_dir) / name, Path(config.hydra.run.dir)):
+            if folder.exists():
+                raise SystemExit(f"error: run_name={name} is taken: {folder} exists (another run's record, left "
+                                 f"unchanged); choose another run_name, or continue that run with "
+                                 f"ckpt_path={Path(config.paths.checkpoint_dir) / name}")
 
 
 @contextmanager

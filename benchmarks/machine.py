@@ -1,0 +1,23 @@
+"""The machine a benchmark ran on, as one line for its JSON and for docs/results.md."""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+
+def describe(device: str = "cpu") -> str:
+    """e.g. 'AMD EPYC (2 cores, 2 threads), torch 2.13.0+cpu', or on CUDA
+    'NVIDIA H100 80GB HBM3, CUDA 12.4, torch 2.6.0': the CPU model from /proc/cpuinfo (else
+    `platform`), its cores and torch's threads; for a CUDA device the GPU's name."""
+    if torch.device(device).type == "cuda":
+        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}, torch {torch.__version__}"
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"

@@ -1,0 +1,88 @@
+"""docs/results.md and README.md's generated blocks against the JSON they are written from."""
+import json
+import shutil
+
+import pytest
+
+from attention_maps import attention_report
+from benchmarks import report
+from model.inspection.evaluation import evaluation_rows
+from tests.conftest import write_corpus
+from tests.test_attention_maps import corpus, report_cfg, write_checkpoint  # noqa: F401 (corpus: a fixture)
+
+
+@pytest.fixture
+def results(tmp_path):
+    """A copy of the committed result JSON, to change."""
+    return shutil.copytree(report.RESULTS, tmp_path / "results")
+
+
+def edit(results, name, change):
+    path = results / f"{name}.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, ensure_ascii=False))
+
+
+def test_the_committed_pages_are_what_the_json_gives():
+    assert report.stale() == [], "run `python -m benchmarks.report`"
+    assert report.main(["--check"]) == 0
+
+
+def test_a_changed_figure_makes_the_check_fail(results, capsys):
+    edit(results, "fixed-time-cpu", lambda d: d["runs"]["default"]["poems"].update(val_bpc=7.4321))
+    assert set(report.stale(results)) == {report.PAGES["results"], report.PAGES["readme"]}
+    assert report.main(["--check", "--results", str(results)]) == 1
+    assert "docs/results.md, README.md" in capsys.readouterr().err
+    page = report.expected(results)[report.PAGES["results"]]
+    assert "`val/bpc` **7.43**" in page and "| 2,200 | 479.5 | 10,572 | 4.703 | 7.432 |" in page
+
+
+def test_a_figure_in_a_single_section_is_checked_too(results):
+    edit(results, "sampling-cpu", lambda d: d["rows"][3].update(cache_tokens_per_sec=999.0))
+    assert report.stale(results) == [report.PAGES["results"]]
+    assert "| `small` | 16 | 127 | 32 | 999 | 12.2× |" in report.expected(results)[report.PAGES["results"]]
+
+
+def test_each_section_names_the_machine_of_its_file(results):
+    edit(results, "attention-cpu", lambda d: d["meta"].update(machine="Some CPU (8 cores, 8 threads), torch 9"))
+    page = report.expected(results)[report.PAGES["results"]]
+    assert "Machine: Some CPU (8 cores, 8 threads), torch 9 (`benchmarks/results/attention-cpu.json`)." in page
+    machines = [line for line in page.splitlines() if line.startswith("Machine: ")]
+    assert {line.rsplit("/", 1)[1] for line in machines} == {f"{p.name}`)." for p in report.RESULTS.glob("*.json")}
+
+
+def test_the_readme_blocks_come_from_the_default_run():
+    ft = json.loads((report.RESULTS / "fixed-time-cpu.json").read_text())
+    blocks = report.readme_blocks(report.load())
+    default = ft["runs"]["default"]
+    assert blocks["train"].startswith(f"{default['steps']:,} steps, about {round(default['wall_seconds'] / 60)} minutes")
+    assert f"≈ {default['poems']['val_bpc']:.1f}" in blocks["train"] and ft["machine"] in blocks["headline"]
+
+
+def test_blocks_need_their_markers():
+    text = "a\n<!-- report:x -->\nold\n<!-- /report:x -->\nb"
+    assert report.fill_blocks(text, {"x": "new"}) == "a\n<!-- report:x -->\nnew\n<!-- /report:x -->\nb"
+    with pytest.raises(ValueError, match="report:y"):
+        report.fill_blocks(text, {"y": "new"})
+
+
+def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(results, tmp_path, corpus):  # noqa: F811
+    page = report.expected(results)[report.PAGES["results"]]
+    assert "Pending: `benchmarks/results/evaluate-default-cpu.json`" in page
+    assert "Pending: `benchmarks/results/attention-maps-default-cpu.json`" in page
+
+    rows = evaluation_rows({"free": ["白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"] * 2}, ["床前明月光，疑是地上霜。"] * 5,
+                           write_corpus(tmp_path / "tang.jsonl.xz"), "simplified")
+    evaluation = {"device": "cpu", "settings": {"num_samples": 2, "reference": 5}, "rows": rows,
+                  "val": {"val/bpc": 6.1234, "val/loss": 4.25}, "seconds": {"sampling": 30.0, "metrics": 40.0}}
+    (results / "evaluate-default-cpu.json").write_text(json.dumps(evaluation, ensure_ascii=False))
+    ckpt = write_checkpoint(tmp_path / "checkpoints" / "run" / "last.ckpt")
+    heads = attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前明月光，疑是地上霜。'"))
+    (results / "attention-maps-default-cpu.json").write_text(json.dumps(heads, ensure_ascii=False))
+
+    page = report.expected(results)[report.PAGES["results"]]
+    assert "Pending" not in page
+    assert "`val/bpc` 6.1234, `val/loss` 4.2500; 1 min 10 s in all" in page
+    assert "| free | 2 | 100.0 % |" in page  # n, then `regulated`
+    assert "### On 3 held-out poems" in page and page.count("| random-like |") == 2 * 4  # held-out and probe
