@@ -9,7 +9,8 @@ section 3 map from random q, k and its section 5 random head, one colour scale),
 character, a layer and a head; weights on hover; each head beside its baselines and
 labelled with its pattern; docs/attention-view.md), and `attention_maps.json`: the per-head
 statistics of `model/inspection/attention_stats.py` on the probe line and on held-out poems,
-the baselines' means and spreads, the flags and the pattern names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
+the baselines' means and spreads, the flags and the pattern names. Prints the same numbers
+as tables. Options: conf/attention_maps.yaml.
 """
 from __future__ import annotations
 

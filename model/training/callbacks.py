@@ -79,9 +79,8 @@ class AttentionMapLogger(L.Callback):
     `attention/view` (`model.inspection.attention_view`: every probe, its heads beside the
     model at initialisation and the lesson's maps, each labelled with its pattern; logged as
     `wandb.Html(..., inject=False)`, written to `<run folder>/attention/step{step:06d}_view.html`).
-    The first log also sends the
-    baselines (`attention/probe{p}_baselines`: the model at initialisation, the lesson's
-    section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
+    The first log also sends the baselines (`attention/probe{p}_baselines`: the model at
+    initialisation, the lesson's section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
     logged as `attn/logger_seconds`.
     """
 
