@@ -5,9 +5,12 @@ lesson (docs/attention.md):
 Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
 `layer{l}.png` (rows: the trained heads, the same heads at initialisation, the lesson's
 section 3 map from random q, k and its section 5 random head, one colour scale), and
-`attention_maps.json`: the per-head statistics of `model/inspection/attention_stats.py` on the probe
-line and on held-out poems, the baselines' means and spreads, the flags and the pattern
-names. Prints the same numbers as tables. Options: conf/attention_maps.yaml.
+`attention_view.html`: the same maps as one interactive page that works offline (pick a
+character, a layer and a head; weights on hover; each head beside its baselines and
+labelled with its pattern; docs/attention-view.md), and `attention_maps.json`: the per-head
+statistics of `model/inspection/attention_stats.py` on the probe line and on held-out poems,
+the baselines' means and spreads, the flags and the pattern names. Prints the same numbers
+as tables. Options: conf/attention_maps.yaml.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from model.inspection.attention_stats import (
     random_head_maps,
     random_qk_maps,
 )
+from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.plots import attention_grid
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -129,15 +133,23 @@ def attention_report(cfg: DictConfig) -> dict:
     b = cfg.baselines
     random_maps = torch.stack([random_qk_maps(T, n_head, b.d, b.seed),
                                random_head_maps(T, n_head, b.d_model, b.d_head, b.seed)])
+    row_titles = ["trained", f"at initialisation\n(seed {cfg.init_seed})", f"lesson §3\nrandom q, k (d={b.d})",
+                  "lesson §5\nrandom x, W_q, W_k"]
     report["figures"] = []
     for layer in range(n_layer):
         grid = torch.cat([learned[0][layer : layer + 1], init[0][layer : layer + 1], random_maps])  # (4, n_head, T, T)
-        fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {ckpt.parent.name}",
-                             row_titles=["trained", f"at initialisation\n(seed {cfg.init_seed})",
-                                         f"lesson §3\nrandom q, k (d={b.d})", "lesson §5\nrandom x, W_q, W_k"],
+        fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {ckpt.parent.name}", row_titles=row_titles,
                              col_titles=[f"head {h} / map {h}" for h in range(n_head)])
         fig.savefig(out_dir / f"layer{layer}.png", dpi=100)
         report["figures"].append(str(out_dir / f"layer{layer}.png"))
+    kinds = [t.replace("\n", " ") for t in row_titles]  # the same maps on one page, the same labels
+    verdicts = {"probe line": report["probe"]["heads"]}
+    if report["heldout"]:
+        verdicts[f"{len(poems)} held-out poems"] = report["heldout"]["heads"]
+    view = ProbeView(tokens, dict(zip(kinds, [learned[0].numpy(), init[0].numpy(), *random_maps.numpy()])), verdicts)
+    report["html"] = str(out_dir / "attention_view.html")
+    Path(report["html"]).write_text(attention_view_html([view], f"{ckpt.parent.name} · {report['text']}"),
+                                    encoding="utf-8")
     report["json"] = str(out_dir / "attention_maps.json")
     Path(report["json"]).write_text(json.dumps(report, ensure_ascii=False, indent=1))
     return report
@@ -152,7 +164,7 @@ def main(cfg: DictConfig) -> None:
         print()
         print(format_table(f"held-out: {report['heldout']['poems']} validation poems ({', '.join(cfg.heldout.forms)})",
                            report["heldout"]))
-    print(f"\nwrote {report['json']} and {len(report['figures'])} figures")
+    print(f"\nwrote {report['json']}, {report['html']} and {len(report['figures'])} figures")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 import json
 import lzma
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -11,9 +12,10 @@ from data.corpus_io import heldout_poems
 from data.tokenizer import CharTokenizer
 from data.verse.poetry import form_of
 from data.verse.script import corpus_to_script
-from model.inspection.attention_stats import STATISTICS
+from model.inspection.attention_stats import STATISTICS, random_qk_maps
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, ROOT
+from tests.html_views import dense, embedded_data
 
 
 @pytest.fixture
@@ -56,7 +58,8 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     ckpt = write_checkpoint(tmp_path / "checkpoints" / "run" / "last.ckpt")
     report = attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前明月光，疑是地上霜。'"))
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["attention_maps.json", "layer0.png", "layer1.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["attention_maps.json", "attention_view.html", "layer0.png",
+                                                     "layer1.png"]
     assert all((out / f"layer{i}.png").stat().st_size > 10_000 for i in range(2))
     saved = json.loads((out / "attention_maps.json").read_text())
     assert saved == json.loads(json.dumps(report))
@@ -68,6 +71,18 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
         mean = sum(h[name] for h in saved["heldout"]["heads"]) / 4
         assert mean == pytest.approx(saved["heldout"]["baselines"]["init"][name]["mean"], abs=1e-6)
     assert all(h["pattern"] == "random-like" for h in saved["probe"]["heads"])
+    assert saved["html"] == str(out / "attention_view.html")
+    view = embedded_data((out / "attention_view.html").read_text(encoding="utf-8"))
+    assert view["kinds"] == ["trained", "at initialisation (seed 1337)", "lesson §3 random q, k (d=8)",
+                             "lesson §5 random x, W_q, W_k"]  # the PNGs' rows
+    (probe,) = view["probes"]
+    assert probe["tokens"] == saved["tokens"]
+    assert [v["label"] for v in probe["verdicts"]] == ["probe line", "3 held-out poems"]
+    assert [h["pattern"] for h in probe["verdicts"][1]["heads"]] == [h["pattern"] for h in saved["heldout"]["heads"]]
+    trained, init = (dense(probe["maps"][k], view["scale"]) for k in (0, 1))
+    np.testing.assert_allclose(trained, init, atol=5e-5)  # this checkpoint is the seed-1337 initialisation
+    lesson = random_qk_maps(13, 2, 8, 0).numpy()  # the settings' section 3 maps, one per head, for every layer
+    np.testing.assert_allclose(dense(probe["maps"][2], view["scale"])[0], lesson, atol=5e-5)
     table = format_table("probe", saved["probe"])
     assert "lesson §3 random q,k" in table and table.count("random-like") == 4
 

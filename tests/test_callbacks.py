@@ -16,6 +16,8 @@ from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.callbacks import AttentionMapLogger, SampleLogger
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, generate
+from tests.html_views import embedded_data
+from tests.wandb_records import history
 
 
 def tiny_lit(n_layer=1, n_head=2, block_size=16) -> LitGPT:
@@ -99,3 +101,34 @@ def test_sample_table_poems_keep_the_poem_rules():
     assert rows == [[7, "月，月，月，月，月，"]] * 3  # ran to max_new_tokens: no 。 was likelier than ，
     assert logger.poems == sample_poems(lit.engine, SamplingOptions(num_samples=3, max_new_tokens=10, temperature=0.8,
                                                              top_k=50, seed=0))
+
+
+def test_each_validation_logs_an_attention_view_to_wandb(tmp_path, monkeypatch):
+    """`attention/view` as wandb HTML, one per log, at the log's step, read back from the offline
+    run: the page as written under the run folder, passed through unchanged (inject=False: no
+    stylesheet), holding every probe. The logger starts at step 60, as in a run resumed from a
+    step-40 checkpoint: its views start at its own first validation."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    lit = tiny_lit(n_layer=2)
+    wandb_logger = WandbLogger(project="mingyue-test", save_dir=str(tmp_path), offline=True)
+    trainer = types.SimpleNamespace(default_root_dir=str(tmp_path), global_step=60, loggers=[wandb_logger])
+    logger = AttentionMapLogger(["床前明月光，", "疑是地上霜。"], n_samples=4)
+    logger.setup(trainer, lit, "fit")
+    for step in (60, 80):
+        trainer.global_step = step
+        logger.log_probes(trainer, lit)
+    run_dir = Path(wandb_logger.experiment.dir).parent
+    wandb_logger.experiment.finish()
+    all_rows = history(run_dir)
+    rows = [r for r in all_rows if "attention/view" in r]
+    assert [r["trainer/global_step"] for r in rows] == [60, 80], [sorted(r) for r in all_rows]
+    for row, step in zip(rows, (60, 80)):
+        assert row["attention/view"]["_type"] == "html-file"
+        logged = (run_dir / "files" / row["attention/view"]["path"]).read_text(encoding="utf-8")
+        written = (tmp_path / "attention" / f"step{step:06d}_view.html").read_text(encoding="utf-8")
+        assert logged == written and "<link" not in logged  # nothing injected
+        data = embedded_data(logged)
+        assert data["title"] == f"attention · step {step}" and (data["n_layer"], data["n_head"]) == (2, 2)
+        assert [p["tokens"][1:] for p in data["probes"]] == [list("床前明月光，"), list("疑是地上霜。")]
+        assert [len(p["verdicts"][0]["heads"]) for p in data["probes"]] == [4, 4]

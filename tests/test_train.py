@@ -84,7 +84,8 @@ def test_everything_logged_at_one_validation_has_its_step(trained):
     (run,) = (tmp_path / "logs" / "test" / "wandb").glob("offline-run-*")
     rows = history(run)
     steps = {key: [r["trainer/global_step"] for r in rows if key in r]
-             for key in ("val/loss", "val/bpc", "attention/probe0", "attention/stats", "attn/L1H1/prev_token", "samples")}
+             for key in ("val/loss", "val/bpc", "attention/probe0", "attention/stats", "attention/view",
+                         "attn/L1H1/prev_token", "samples")}
     assert all(s == [20, 40] for s in steps.values()), steps
     assert [p.name[:15] for p in (tmp_path / "checkpoints" / "test").glob("best-*")] == ["best-step000040"]
 

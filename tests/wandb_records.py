@@ -44,10 +44,10 @@ def records(path: str | Path) -> list[pb.Record]:
 
 def finished_records(run_file: Path, timeout: float = 60.0) -> list[pb.Record]:
     """The records of a finished run: wandb's service may still be writing the file when
-    `run.finish()` returns (seen on a loaded machine), so read again until its `exit` record
-    is there. raises TimeoutError if it is not there within `timeout` seconds."""
+    `run.finish()` returns (seen on a loaded machine; a short run's file may hold no record
+    yet), so read again until its `exit` record is there. raises TimeoutError if it is not there within `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while (recs := records(run_file)) and recs[-1].WhichOneof("record_type") != "exit":
+    while not (recs := records(run_file)) or recs[-1].WhichOneof("record_type") != "exit":  # none yet: wait too
         if time.monotonic() > deadline:
             raise TimeoutError(f"{run_file} has no exit record after {timeout} s")
         time.sleep(0.2)

@@ -2,8 +2,9 @@
 at the end of training (the evaluation table of `evaluate.py` on a few poems).
 
 They act on rank 0 only, skip the sanity check, and send what they make to the first
-logger that can take it (Weights & Biases: images and tables). Attention maps are also
-written as PNG files under the run folder, so they exist whatever the logger.
+logger that can take it (Weights & Biases: images, tables, HTML). Attention maps are also
+written as PNG files and interactive HTML views under the run folder, so they exist whatever
+the logger.
 """
 from __future__ import annotations
 
@@ -25,10 +26,14 @@ from model.inspection.attention_stats import (
     random_head_maps,
     random_qk_maps,
 )
+from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.evaluation import is_char_model, is_plan_model, sample_and_measure, sample_requests
 from model.inspection.plots import attention_grid
 from model.inspection.poem_metrics import METRICS
 from model.sampling.poems import SamplingOptions, sample_poems
+
+VIEW_KINDS = ("trained", "at initialisation", "lesson §3 random q, k", "lesson §5 random x, W_q, W_k")
+"""The maps of each head in the attention view, in display order."""
 
 
 def _wandb(trainer: L.Trainer) -> WandbLogger | None:
@@ -69,9 +74,12 @@ class AttentionMapLogger(L.Callback):
     from rank 0: one image per probe (`attention/probe{p}`: a grid of layers × heads, also
     written to `<run folder>/attention/step{step:06d}_probe{p}.png`), a table
     `attention/stats` (step, probe, layer, head, the statistics, flagged ones, pattern), and
-    scalars `attn/L{l}H{h}/{statistic}` (mean over the probes). The first log also sends the
-    baselines (`attention/probe{p}_baselines`: the model at initialisation, the lesson's
-    section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
+    scalars `attn/L{l}H{h}/{statistic}` (mean over the probes), and the interactive view
+    `attention/view` (`model.inspection.attention_view`: every probe, its heads beside the
+    model at initialisation and the lesson's maps, each labelled with its pattern; logged as
+    `wandb.Html(..., inject=False)`, written to `<run folder>/attention/step{step:06d}_view.html`).
+    The first log also sends the baselines (`attention/probe{p}_baselines`: the model at
+    initialisation, the lesson's section 3 and section 5 maps). `seconds` holds the time spent in setup and logging, also
     logged as `attn/logger_seconds`.
     """
 
@@ -97,6 +105,9 @@ class AttentionMapLogger(L.Callback):
             init = {name: v.flatten() for name, v in head_statistics(maps, tokens).items()}  # over all heads
             self._baselines.append({"random_qk": random_maps["random_qk"], "random_head": random_maps["random_head"],
                                     "init": init})
+        n_head = self._init_maps[0].size(1)
+        self._random_maps = [torch.stack([random_qk_maps(len(t), n_head), random_head_maps(len(t), n_head)])
+                             for _, t in self._probes]  # each (2, n_head, T, T): the lesson's section 3 and 5 maps
         self.seconds += time.perf_counter() - start
 
     @rank_zero_only
@@ -117,12 +128,16 @@ class AttentionMapLogger(L.Callback):
         step = trainer.global_step
         out_dir = Path(trainer.default_root_dir) / "attention"
         out_dir.mkdir(parents=True, exist_ok=True)
-        images, rows, stats = {}, [], []
+        images, rows, stats, views = {}, [], [], []
         for p, ((idx, tokens), baselines) in enumerate(zip(self._probes, self._baselines)):
             maps = probe_maps(pl_module.gpt, idx)  # (n_layer, n_head, T, T)
             stats.append(head_statistics(maps, tokens))
+            heads = head_rows(stats[-1], baselines, self.flag_k, self.min_effect)
             rows += [[step, p, r["layer"], r["head"], *(r[n] for n in STATISTICS), " ".join(r["flags"]), r["pattern"]]
-                     for r in head_rows(stats[-1], baselines, self.flag_k, self.min_effect)]
+                     for r in heads]
+            views.append(ProbeView(tokens, dict(zip(VIEW_KINDS, [maps.numpy(), self._init_maps[p].numpy(),
+                                                                 *self._random_maps[p].numpy()])),
+                                   {"probe line": heads}))
             layers = [f"layer {layer}" for layer in range(maps.size(0))]
             images[f"attention/probe{p}"] = out_dir / f"step{step:06d}_probe{p}.png"
             attention_grid(maps.numpy(), tokens, title=f"{''.join(tokens[1:])} · step {step}",
@@ -131,7 +146,12 @@ class AttentionMapLogger(L.Callback):
                 images[f"attention/probe{p}_baselines"] = out_dir / f"baselines_probe{p}.png"
                 self._baseline_figure(p, tokens).savefig(images[f"attention/probe{p}_baselines"], dpi=72)
         self._baselines_sent = True
+        view = out_dir / f"step{step:06d}_view.html"
+        view.write_text(attention_view_html(views, f"attention · step {step}"), encoding="utf-8")
         if logger := _wandb(trainer):
+            import wandb
+
+            logger.log_metrics({"attention/view": wandb.Html(str(view), inject=False)}, step=step)
             for key, path in images.items():
                 logger.log_image(key=key, images=[str(path)], step=step)
             logger.log_table(key="attention/stats", columns=["step", "probe", "layer", "head", *STATISTICS, "flags",
@@ -143,9 +163,8 @@ class AttentionMapLogger(L.Callback):
     def _baseline_figure(self, p: int, tokens: list[str]):
         """Rows: the model at initialisation (one row per layer), then the lesson's random maps."""
         init = self._init_maps[p]  # (n_layer, n_head, T, T)
-        n_layer, n_head, T, _ = init.shape
-        random_maps = torch.stack([random_qk_maps(T, n_head), random_head_maps(T, n_head)])  # (2, n_head, T, T)
-        return attention_grid(torch.cat([init, random_maps]).numpy(), tokens,
+        n_layer, n_head = init.shape[:2]
+        return attention_grid(torch.cat([init, self._random_maps[p]]).numpy(), tokens,
                               title=f"{''.join(tokens[1:])} · baselines",
                               row_titles=[f"init · layer {layer}" for layer in range(n_layer)]
                               + ["lesson §3\nrandom q, k", "lesson §5\nrandom x, W_q, W_k"],
