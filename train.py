@@ -61,7 +61,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS}, "attention": cfg.attention.backend}
+    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "attention": cfg.attention.backend}
     on_cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
     if str(cfg.trainer.precision) == "auto" and on_cpu:  # bf16 autocast only where it is measured faster
         cfg.trainer.precision = choose_cpu_precision(lambda: GPT(GPTConfig(vocab_size=PROBE_VOCAB, **model_cfg)),

@@ -202,7 +202,7 @@ def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
         dm.setup("fit")
         torch.manual_seed(cfg.seed)
         shape = OmegaConf.to_container(cfg.model, resolve=True)
-        lit = LitGPT({**{k: shape[k] for k in MODEL_FIELDS}, "attention": cfg.attention.backend},
+        lit = LitGPT({**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "attention": cfg.attention.backend},
                      shape["optim"], dm.tokenizer.state_dict())
         lit.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
         opt = build_optimizer(lit.gpt, shape["optim"])

@@ -18,6 +18,12 @@ alternatives each option names:
   of a full softmax over every character; or `tied`, a linear layer tied to the token embedding
   (nanoGPT's). Which head a vocabulary gets is decided once, before the model is built, by
   `head_for_vocabulary` (a vocabulary below the first cutoff gets the tied head, said in the log).
+- `phonology`: what a token sounds like enters with it (Deng et al. 2020; Jiuge, Yi et al.
+  2019): learned embeddings of its rhyme group(s) (a polyphonic character: the mean over its
+  readings) and of its tone class are added to its token embedding. The per-vocabulary ids
+  come from the data layer (`data/phonology.py`) through `set_phonology` and are buffers, saved
+  in the checkpoint. `rhyme_loss_weight` > 0 adds an auxiliary head predicting the rhyme group
+  of every target that ends a line (the next target is a line-end mark): a multi-task loss.
 - `qk_norm`: RMS-normalise q and k per head; `bias`: biases in Linear and LayerNorm layers;
   `attention`: the backend (`model/attention.py`: naive | sdpa | flash), the same function.
 
@@ -58,6 +64,11 @@ class GPTConfig:
     qk_norm: bool = False  # RMS-normalise q and k per head before the scores
     mlp_act: str = "gelu"  # gelu | relu2 (ReLU squared: So et al. 2021, "Primer")
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
+    phonology: bool = False  # add learned embeddings of each token's rhyme groups and tone (set_phonology)
+    phon_groups: int = 31  # phonology: rhyme-group ids (0 none, then the 30 level-tone groups)
+    phon_tones: int = 4  # phonology: tone ids (none, level, oblique, both)
+    phon_readings: int = 4  # phonology: group ids per token (a polyphonic character's readings, padded with -1)
+    rhyme_loss_weight: float = 0.0  # phonology: weight of the auxiliary loss on the rhyme group of line-final targets
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)
@@ -142,6 +153,15 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None  # positions
+        if cfg.phonology:  # ids per token id, from set_phonology; saved in checkpoints
+            self.wge = nn.Embedding(cfg.phon_groups, cfg.n_embd)  # rhyme-group embedding
+            self.wtone = nn.Embedding(cfg.phon_tones, cfg.n_embd)  # tone-class embedding
+            self.register_buffer("phon_group_ids", torch.zeros(cfg.vocab_size, cfg.phon_readings, dtype=torch.long))
+            self.register_buffer("phon_tone_ids", torch.zeros(cfg.vocab_size, dtype=torch.long))
+            self.register_buffer("line_end", torch.zeros(cfg.vocab_size, dtype=torch.bool))
+            self.rhyme_head = nn.Linear(cfg.n_embd, cfg.phon_groups, bias=False) if cfg.rhyme_loss_weight > 0 else None
+        elif cfg.rhyme_loss_weight > 0:
+            raise ValueError("rhyme_loss_weight > 0 needs phonology=True (the rhyme groups of the targets)")
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -177,11 +197,43 @@ class GPT(nn.Module):
         order = torch.sort(-counts.to(torch.int64), stable=True).indices  # (vocab_size,) ids, most frequent first
         self.id_rank[order] = torch.arange(self.cfg.vocab_size, device=self.id_rank.device)
 
+    @torch.no_grad()
+    def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor, line_end: torch.Tensor) -> None:
+        """The phonology ids of every token id (`data.phonology.phonology_tables`): groups
+        (vocab_size, phon_readings) int, group ids in [0, phon_groups), -1 padding after a token's
+        last reading, at least one id per row; tones (vocab_size,) int in [0, phon_tones);
+        line_end (vocab_size,) bool, the marks that end a line. raises ValueError if the model
+        has no phonology, or for a wrong shape or an id out of range."""
+        c = self.cfg
+        if not c.phonology:
+            raise ValueError("this model has no phonology features (phonology=False)")
+        for name, t, shape, high in (("groups", groups, (c.vocab_size, c.phon_readings), c.phon_groups),
+                                     ("tones", tones, (c.vocab_size,), c.phon_tones),
+                                     ("line_end", line_end, (c.vocab_size,), 2)):
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{name} must be {shape}, got {tuple(t.shape)}")
+            if t.numel() and (t.max() >= high or t.min() < (-1 if name == "groups" else 0)):
+                raise ValueError(f"{name} ids must lie in [0, {high})")
+        if (groups[:, 0] < 0).any():
+            raise ValueError("every token needs a first group id (0: none)")
+        self.phon_group_ids.copy_(groups)
+        self.phon_tone_ids.copy_(tones)
+        self.line_end.copy_(line_end.bool())
+
+    def _phonology(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, T) → (B, T, n_embd): mean group embedding over each token's readings + tone embedding."""
+        g = self.phon_group_ids[idx]  # (B, T, phon_readings), -1 padding
+        keep = (g >= 0).unsqueeze(-1).to(self.wge.weight.dtype)  # (B, T, R, 1)
+        groups = (self.wge(g.clamp(min=0)) * keep).sum(2) / keep.sum(2)  # (B, T, n_embd)
+        return groups + self.wtone(self.phon_tone_ids[idx])  # (B, T, n_embd)
+
     def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         B, T = idx.shape
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}")
         x = self.wte(idx)  # (B, T, n_embd)
+        if self.cfg.phonology:
+            x = x + self._phonology(idx)
         if self.wpe is not None:  # with rope, positions enter in the attention instead
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))  # + (T, n_embd)
         return self.drop(x)
@@ -215,15 +267,29 @@ class GPT(nn.Module):
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy in nats per scored token, a scalar: idx, targets (B, T) int64,
-        targets -1 where not scored. The adaptive head scores the targets only, never the full
-        distribution: what it saves in training. raises ValueError as `forward`."""
+        targets -1 where not scored; plus the auxiliary rhyme loss if rhyme_loss_weight > 0 (not
+        in `nats`). The adaptive head scores the targets only, never the full distribution: what
+        it saves in training. raises ValueError as `forward`."""
         x = self._hidden(idx)  # (B, T, n_embd)
+        aux = self._rhyme_loss(x, targets) if self.cfg.rhyme_loss_weight > 0 else 0.0
         if self.cfg.head == "tied":
             logits = self.lm_head(x)  # (B, T, vocab_size)
-            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1) + aux
         with torch.autocast(device_type=x.device.type, enabled=False):
             scored = targets.reshape(-1) != -1  # (B·T,)
-            return self.lm_head(x.reshape(-1, x.size(-1))[scored].float(), self.id_rank[targets.reshape(-1)[scored]]).loss
+            h = x.reshape(-1, x.size(-1))[scored].float()  # (N, n_embd)
+            return self.lm_head(h, self.id_rank[targets.reshape(-1)[scored]]).loss + aux
+
+    def _rhyme_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """rhyme_loss_weight × the mean cross-entropy (nats) of `rhyme_head` predicting the first
+        group id of each line-final target (a target whose next target is a line-end mark), 0 if
+        there is none: x (B, T, n_embd), targets (B, T) int64, -1 not scored."""
+        t = targets.clamp(min=0)  # (B, T)
+        final = (targets[:, :-1] >= 0) & self.line_end[t[:, 1:]]  # (B, T-1): target t ends a line
+        if not final.any():
+            return x.new_zeros(())
+        logits = self.rhyme_head(x[:, :-1][final]).float()  # (N, phon_groups)
+        return self.cfg.rhyme_loss_weight * F.cross_entropy(logits, self.phon_group_ids[t[:, :-1][final], 0])
 
     def nats(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of every position in nats, (B, T) float, 0 where targets is -1 (not

@@ -1,0 +1,58 @@
+"""Per-vocabulary phonology tables for the network's phonology features (`GPTConfig.phonology`).
+
+What a token sounds like, from the 平水韵 table (`data.verse.rhyme`): the level-tone (平声)
+rhyme groups of its readings and its tone class. The network takes these as buffers
+(`model.gpt.GPT.set_phonology`), saved in the checkpoint, so it imports no poetry rules and
+sampling needs nothing from outside. A token stands for its last character (a BPE piece rhymes
+by its last character); specials, plan tokens and non-hanzi get the "none" ids.
+
+Group ids: 0 none (no level-tone reading), 1…30 the level-tone groups in the table's order
+(上平聲一東 = 1 … 下平聲十五咸 = 30). Tone ids (`TONES`): 0 none (not in the table), 1 level
+only, 2 oblique only, 3 both (a polyphonic character read in either).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from data.tokenizer import Tokenizer
+from data.verse.poetry import LINE_END
+from data.verse.rhyme import is_level_tone, level_tone_table, readings
+
+TONES = ("none", "level", "oblique", "both")
+READINGS = 4
+"""Level-tone groups kept per character (the most any character of the table has: 4)."""
+PAD = -1
+"""Group id filling a row past a character's last level-tone group."""
+
+
+@dataclass
+class PhonologyTables:
+    """groups: vocab_size rows of READINGS group ids (PAD after the last; a row without a
+    level-tone group is [0, PAD, …]); tones: vocab_size tone ids; line_end: vocab_size flags,
+    True for the marks that end a line (`data.verse.poetry.LINE_END`)."""
+    groups: list[list[int]]
+    tones: list[int]
+    line_end: list[bool]
+
+
+def group_ids() -> dict[str, int]:
+    """Level-tone group name → its id, 1…30 in the table's order."""
+    return {g: i + 1 for i, g in enumerate(level_tone_table())}
+
+
+def phonology_tables(tokenizer: Tokenizer, script: str) -> PhonologyTables:
+    """The tables for every id of `tokenizer`, its characters read in `script` ('simplified' |
+    'traditional'). `光`, `霜` and `乡` all get [id of 下平聲七陽, PAD, PAD, PAD]; `乡`'s tone is
+    3 (both: it also reads 去聲), `光`'s 1. raises ValueError for an unknown script."""
+    index, ids = readings(script), group_ids()
+    groups, tones, line_end = [], [], []
+    for i in range(tokenizer.vocab_size):
+        text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
+        char = text[-1:] if text else ""
+        found = index.get(char, frozenset())
+        level = sorted((ids[g] for g in found if is_level_tone(g)))[:READINGS] or [0]
+        groups.append(level + [PAD] * (READINGS - len(level)))
+        has_level, has_oblique = level != [0], any(not is_level_tone(g) for g in found)
+        tones.append(0 if not found else 3 if has_level and has_oblique else 1 if has_level else 2)
+        line_end.append(text != "" and text[-1] in LINE_END)
+    return PhonologyTables(groups, tones, line_end)
