@@ -146,7 +146,8 @@ class Engine:
         idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
         use_cache (default) each step feeds only the new token and reuses the keys and values
         of the earlier ones (KV cache); when the cache is full it is re-filled with the last
-        block_size // 2 tokens. Without it every step recomputes the last block_size tokens.
+        block_size // 2 tokens (the earlier ones stay the cache's history, for the structure
+        features; `GPT.new_cache`). Without it every step recomputes the last block_size tokens.
         Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) → draw.
         Stops once every row has produced eos_id; a row that ended gets eos_id.
         attention: fill `Step.attention` (computed explicitly, whatever the backend).
@@ -154,8 +155,9 @@ class Engine:
         """
         block = self.model.cfg.block_size
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = self.model.new_cache(attention) if use_cache or attention else None
-        logits = self.model(idx[:, -block:], cache=cache)  # (B, ≤block, vocab_size): the prompt at once
+        cache = self.model.new_cache(attention, idx[:, :-block]) if use_cache or attention else None
+        logits = self.model(idx[:, -block:], cache=cache,  # (B, ≤block, vocab_size): the prompt at once
+                            history=None if cache else idx[:, :-block])
         for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
             if not torch.isfinite(logits).all():
@@ -175,12 +177,12 @@ class Engine:
             if (eos_id is not None and done.all()) or step == max_new_tokens - 1:
                 return
             if not use_cache:  # a fresh cache only to keep the attention rows; else none
-                cache = self.model.new_cache(True) if attention else None
-                logits = self.model(idx[:, -block:], cache=cache)
+                cache = self.model.new_cache(True, idx[:, :-block]) if attention else None
+                logits = self.model(idx[:, -block:], cache=cache, history=None if cache else idx[:, :-block])
             elif cache[0].length < block:
                 logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size)
-            else:  # cache full: start again from the recent half
-                cache = self.model.new_cache(attention)
+            else:  # cache full: start again from the recent half, the rest its history
+                cache = self.model.new_cache(attention, idx[:, :-(block // 2)])
                 logits = self.model(idx[:, -(block // 2):], cache=cache)
 
     def stream(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,

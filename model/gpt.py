@@ -69,6 +69,9 @@ class GPTConfig:
     phon_tones: int = 4  # phonology: tone ids (none, level, oblique, both)
     phon_readings: int = 4  # phonology: group ids per token (a polyphonic character's readings, padded with -1)
     rhyme_loss_weight: float = 0.0  # phonology: weight of the auxiliary loss on the rhyme group of line-final targets
+    structure: bool = False  # add embeddings of where the next token sits in the poem (structure_ids)
+    struct_lines: int = 10  # structure: line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest)
+    struct_countdown: int = 10  # structure: countdown ids (0 unknown, then 0, 1, … tokens left in the line, capped)
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)
@@ -129,7 +132,15 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, n_embd)
 
 
+class Cache(list):
+    """The KV cache of a GPT: one `KVCache` per layer, and `ids` (B, N) int64, the text's tokens
+    so far (None without structure features), which `GPT.structure_ids` reads."""
+    ids: torch.Tensor | None = None
+
+
 HEADS = ("tied", "adaptive")
+SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot")
+"""Slot types of `GPT.structure_ids`, by id."""
 POS_EMBS = ("learned", "rope")
 MLP_ACTS = ("gelu", "relu2")
 
@@ -158,10 +169,15 @@ class GPT(nn.Module):
             self.wtone = nn.Embedding(cfg.phon_tones, cfg.n_embd)  # tone-class embedding
             self.register_buffer("phon_group_ids", torch.zeros(cfg.vocab_size, cfg.phon_readings, dtype=torch.long))
             self.register_buffer("phon_tone_ids", torch.zeros(cfg.vocab_size, dtype=torch.long))
-            self.register_buffer("line_end", torch.zeros(cfg.vocab_size, dtype=torch.bool))
             self.rhyme_head = nn.Linear(cfg.n_embd, cfg.phon_groups, bias=False) if cfg.rhyme_loss_weight > 0 else None
         elif cfg.rhyme_loss_weight > 0:
             raise ValueError("rhyme_loss_weight > 0 needs phonology=True (the rhyme groups of the targets)")
+        if cfg.structure:  # line index, countdown, slot type of the next token
+            self.wline = nn.Embedding(cfg.struct_lines, cfg.n_embd)
+            self.wcount = nn.Embedding(cfg.struct_countdown, cfg.n_embd)
+            self.wslot = nn.Embedding(len(SLOTS), cfg.n_embd)
+        if cfg.structure or cfg.rhyme_loss_weight > 0:  # TOKEN_KINDS id per token id (set_token_kinds)
+            self.register_buffer("token_kind", torch.zeros(cfg.vocab_size, dtype=torch.long))
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -198,18 +214,16 @@ class GPT(nn.Module):
         self.id_rank[order] = torch.arange(self.cfg.vocab_size, device=self.id_rank.device)
 
     @torch.no_grad()
-    def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor, line_end: torch.Tensor) -> None:
-        """The phonology ids of every token id (`data.phonology.phonology_tables`): groups
+    def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor) -> None:
+        """The phonology ids of every token id (`data.features.phonology_tables`): groups
         (vocab_size, phon_readings) int, group ids in [0, phon_groups), -1 padding after a token's
-        last reading, at least one id per row; tones (vocab_size,) int in [0, phon_tones);
-        line_end (vocab_size,) bool, the marks that end a line. raises ValueError if the model
-        has no phonology, or for a wrong shape or an id out of range."""
+        last reading, at least one id per row; tones (vocab_size,) int in [0, phon_tones).
+        raises ValueError if the model has no phonology, or for a wrong shape or an id out of range."""
         c = self.cfg
         if not c.phonology:
             raise ValueError("this model has no phonology features (phonology=False)")
         for name, t, shape, high in (("groups", groups, (c.vocab_size, c.phon_readings), c.phon_groups),
-                                     ("tones", tones, (c.vocab_size,), c.phon_tones),
-                                     ("line_end", line_end, (c.vocab_size,), 2)):
+                                     ("tones", tones, (c.vocab_size,), c.phon_tones)):
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name} must be {shape}, got {tuple(t.shape)}")
             if t.numel() and (t.max() >= high or t.min() < (-1 if name == "groups" else 0)):
@@ -218,7 +232,52 @@ class GPT(nn.Module):
             raise ValueError("every token needs a first group id (0: none)")
         self.phon_group_ids.copy_(groups)
         self.phon_tone_ids.copy_(tones)
-        self.line_end.copy_(line_end.bool())
+
+    @torch.no_grad()
+    def set_token_kinds(self, kinds: torch.Tensor) -> None:
+        """What kind each token id is (`data.features.token_kinds`): kinds (vocab_size,) int, 0
+        other, 1 `<bos>`, 2 `<eos>`, 3 a line-end mark. raises ValueError if the model has no use
+        for them (neither structure nor the rhyme loss), or for a wrong shape or id."""
+        if not hasattr(self, "token_kind"):
+            raise ValueError("this model uses no token kinds (structure=False, rhyme_loss_weight=0)")
+        if tuple(kinds.shape) != (self.cfg.vocab_size,) or kinds.min() < 0 or kinds.max() > 3:
+            raise ValueError(f"kinds must be ({self.cfg.vocab_size},) ids in [0, 4)")
+        self.token_kind.copy_(kinds)
+
+    def structure_ids(self, idx: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
+        """Where the token after each position sits in its poem, from the text up to it (SongNet,
+        Li et al. 2020, with the countdown to the line's end): idx (B, T) int64, history (B, H)
+        the tokens before idx (none: idx starts the text) → (B, T, 3) int64: line-index id,
+        countdown id, slot type (`SLOTS`).
+
+        A poem starts at `<bos>`; before one (a window that starts mid-poem) and after `<eos>`
+        every id is 0 (unknown). Line index: the line-end marks since `<bos>`, + 1, capped at
+        struct_lines - 1. Countdown: the tokens still to come in the line before its mark, + 1
+        (1: the mark is next), capped at struct_countdown - 1; a line is as long as the poem's
+        first, so in the first line it is 0 (unknown). Slot type: 1 a character of the first
+        line, 2 a character, 3 the mark, 4 the last character of an even line (a rhyme slot).
+        e.g. after `<bos>床前明月光，疑是地上` the next token (霜) gets line id 2, countdown 2, slot 4.
+        """
+        full = idx if history is None else torch.cat([history, idx], dim=1)  # (B, N)
+        kind = self.token_kind[full]  # (B, N)
+        pos = torch.arange(full.size(1), device=idx.device).expand_as(full)  # (B, N)
+        none = torch.full_like(pos, -1)
+        start = torch.where(kind == 1, pos, none).cummax(1).values  # (B, N) the last <bos> at or before
+        known = (start >= 0) & (torch.where(kind == 2, pos, none).cummax(1).values < start)  # no <eos> since
+        marks = (kind == 3).long().cumsum(1)  # (B, N) marks up to here
+        at_start = marks.gather(1, start.clamp(min=0))  # marks up to the <bos>
+        line = marks - at_start  # (B, N) the next token's line (0-based)
+        anchor = torch.maximum(torch.where(kind == 3, pos, none).cummax(1).values, start)
+        offset = pos - anchor  # tokens already in the next token's line
+        first_end = torch.where((kind == 3) & (line == 1), pos, none).cummax(1).values  # the first line's mark
+        length = first_end - start - 1  # the first line's length, where first_end > start
+        has_length = known & (first_end > start)
+        left = (length - offset).clamp(min=0)  # tokens before the mark; 0: the mark is next
+        line_id = torch.where(known, line.clamp(max=self.cfg.struct_lines - 2) + 1, 0)
+        count_id = torch.where(has_length, left.clamp(max=self.cfg.struct_countdown - 2) + 1, 0)
+        slot = torch.where(left == 0, 3, torch.where((left == 1) & (line % 2 == 1), 4, 2))
+        slot = torch.where(has_length, slot, torch.where(known, 1, 0))
+        return torch.stack([line_id, count_id, slot], dim=-1)[:, -idx.size(1):]  # (B, T, 3)
 
     def _phonology(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) → (B, T, n_embd): mean group embedding over each token's readings + tone embedding."""
@@ -227,37 +286,50 @@ class GPT(nn.Module):
         groups = (self.wge(g.clamp(min=0)) * keep).sum(2) / keep.sum(2)  # (B, T, n_embd)
         return groups + self.wtone(self.phon_tone_ids[idx])  # (B, T, n_embd)
 
-    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def _embed(self, idx: torch.Tensor, start: int = 0, history: torch.Tensor | None = None) -> torch.Tensor:
         B, T = idx.shape
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}")
         x = self.wte(idx)  # (B, T, n_embd)
         if self.cfg.phonology:
             x = x + self._phonology(idx)
+        if self.cfg.structure:
+            s = self.structure_ids(idx, history)  # (B, T, 3)
+            x = x + self.wline(s[..., 0]) + self.wcount(s[..., 1]) + self.wslot(s[..., 2])
         if self.wpe is not None:  # with rope, positions enter in the attention instead
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))  # + (T, n_embd)
         return self.drop(x)
 
-    def new_cache(self, keep_weights: bool = False) -> list[KVCache]:
+    def new_cache(self, keep_weights: bool = False, history: torch.Tensor | None = None) -> Cache:
         """An empty KV cache per layer, for `forward(..., cache=)`; keep_weights: each layer keeps
-        its last query's attention row (`KVCache.weights`)."""
-        return [KVCache(self.cfg.block_size, keep_weights) for _ in self.blocks]
+        its last query's attention row (`KVCache.weights`). history: (B, H) int64, the tokens of
+        the text before the cache's first (e.g. those a refill drops), which the structure
+        features read; ignored without them."""
+        cache = Cache(KVCache(self.cfg.block_size, keep_weights) for _ in self.blocks)
+        cache.ids = history if self.cfg.structure else None
+        return cache
 
-    def _hidden(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
-        """idx (B, T) int64 → the final LayerNorm's output (B, T, n_embd), the output layer's input."""
-        x = self._embed(idx, cache[0].length if cache else 0)  # (B, T, n_embd)
+    def _hidden(self, idx: torch.Tensor, cache: Cache | None = None, history: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) int64 → the final LayerNorm's output (B, T, n_embd), the output layer's input.
+        history: as `forward`'s; with a cache, the cache's own."""
+        if cache is not None and self.cfg.structure:
+            history, cache.ids = cache.ids, idx if cache.ids is None else torch.cat([cache.ids, idx], dim=1)
+        x = self._embed(idx, cache[0].length if cache else 0, history)  # (B, T, n_embd)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)  # (B, T, n_embd)
         return self.ln_f(x)  # (B, T, n_embd)
 
-    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: Cache | None = None,
+                history: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) int64 token ids → logits (B, T, vocab_size) float; with the adaptive head
         log-probabilities (in id order), which softmax alike.
 
         cache: from `new_cache`; idx continues the positions it holds (and is added to it).
-        raises ValueError if the positions pass block_size.
+        history: (B, H) int64, the text's tokens before idx when idx is a cropped window (the
+        structure features read them; no position or attention does); not with a cache, which
+        keeps its own (`new_cache`). raises ValueError if the positions pass block_size.
         """
-        x = self._hidden(idx, cache)  # (B, T, n_embd)
+        x = self._hidden(idx, cache, history)  # (B, T, n_embd)
         if self.cfg.head == "tied":
             return self.lm_head(x)  # (B, T, vocab_size)
         # in float32 even under autocast: the adaptive softmax writes float32 results in place
@@ -285,7 +357,7 @@ class GPT(nn.Module):
         group id of each line-final target (a target whose next target is a line-end mark), 0 if
         there is none: x (B, T, n_embd), targets (B, T) int64, -1 not scored."""
         t = targets.clamp(min=0)  # (B, T)
-        final = (targets[:, :-1] >= 0) & self.line_end[t[:, 1:]]  # (B, T-1): target t ends a line
+        final = (targets[:, :-1] >= 0) & (self.token_kind[t[:, 1:]] == 3)  # (B, T-1): target t ends a line
         if not final.any():
             return x.new_zeros(())
         logits = self.rhyme_head(x[:, :-1][final]).float()  # (N, phon_groups)

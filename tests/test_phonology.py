@@ -1,9 +1,10 @@
-"""Phonology features: the per-vocabulary tables (data/phonology.py), the network's embeddings
-and auxiliary rhyme loss, the KV cache and the backends with them, checkpoints with and without."""
+"""The optional input features: the per-vocabulary tables (data/features.py), the network's
+phonology and structure embeddings and auxiliary rhyme loss, the KV cache and the backends
+with them, checkpoints with them."""
 import pytest
 import torch
 
-from data.phonology import PAD, READINGS, group_ids, phonology_tables
+from data.features import PAD, READINGS, group_ids, phonology_tables, token_kinds
 from data.tokenizer import CharTokenizer
 from model.attention import BACKENDS
 from model.engine import Engine
@@ -22,25 +23,34 @@ def test_group_ids_number_the_thirty_level_tone_groups_in_table_order():
 def test_tables_of_known_characters():
     tok = CharTokenizer("光霜乡看月，。1")
     t = phonology_tables(tok, "simplified")
-    row = {c: (t.groups[tok.stoi[c]], t.tones[tok.stoi[c]], t.line_end[tok.stoi[c]]) for c in "光霜乡看月，。1"}
+    row = {c: (t.groups[tok.stoi[c]], t.tones[tok.stoi[c]]) for c in "光霜乡看月，。1"}
     yang = [22, PAD, PAD, PAD]
-    assert row["光"] == (yang, 1, False) and row["霜"] == (yang, 1, False)
-    assert row["乡"] == (yang, 3, False)  # also 去聲二十三漾: both tones
-    assert row["看"] == ([group_ids()["上平聲十四寒"], PAD, PAD, PAD], 3, False)
-    assert row["月"] == ([0, PAD, PAD, PAD], 2, False)  # 入聲六月 only: no level-tone group
-    assert row["，"] == ([0, PAD, PAD, PAD], 0, True) and row["。"][2] and row["1"] == ([0, PAD, PAD, PAD], 0, False)
+    assert row["光"] == (yang, 1) and row["霜"] == (yang, 1)
+    assert row["乡"] == (yang, 3)  # also 去聲二十三漾: both tones
+    assert row["看"] == ([group_ids()["上平聲十四寒"], PAD, PAD, PAD], 3)
+    assert row["月"] == ([0, PAD, PAD, PAD], 2)  # 入聲六月 only: no level-tone group
+    assert row["，"] == ([0, PAD, PAD, PAD], 0) and row["1"] == ([0, PAD, PAD, PAD], 0)
+    kinds = token_kinds(tok)
+    assert kinds[:2] == [1, 2] and [kinds[tok.stoi[c]] for c in "光，。1"] == [0, 3, 3, 0]
     assert t.groups[0] == [0, PAD, PAD, PAD] and t.tones[0] == 0  # <bos>
     assert len(t.groups) == tok.vocab_size and all(len(g) == READINGS for g in t.groups)
 
 
-def tiny(backend="naive", **kw):
+KINDS = torch.tensor([1, 2, *[3 if i % 7 == 0 else 0 for i in range(2, V)]])  # <bos> 0, <eos> 1, marks 7, 14, …
+
+
+def tiny(backend="naive", block_size=80, **kw):
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=V, block_size=80, n_layer=2, n_head=2, n_embd=32, attention=backend,
-                      phonology=True, **kw)).eval()
+    kw = {"phonology": True, **kw}
+    m = GPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=2, n_head=2, n_embd=32, attention=backend,
+                      **kw)).eval()
     g = torch.Generator().manual_seed(3)
     groups = torch.randint(0, 31, (V, 4), generator=g)
     groups[:, 1:][torch.rand(V, 3, generator=g) < 0.7] = -1  # most tokens one reading, some several
-    m.set_phonology(groups, torch.randint(0, 4, (V,), generator=g), torch.arange(V) % 7 == 0)
+    if m.cfg.phonology:
+        m.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
+    if hasattr(m, "token_kind"):
+        m.set_token_kinds(KINDS)
     return m
 
 
@@ -56,10 +66,15 @@ def test_the_features_change_the_logits_and_a_polyphonic_token_gets_the_mean_of_
         assert torch.equal(m._phonology(torch.tensor([[5]]))[0, 0], torch.full((32,), 4.0))  # (2 + 6) / 2
 
 
+FEATURES = [{}, {"structure": True}, {"phonology": False, "structure": True}]
+
+
+@pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kv_cache_gives_the_same_logits_as_a_full_forward_with_the_features(backend):
-    m = tiny(backend)
-    start = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(1))
+def test_kv_cache_gives_the_same_logits_as_a_full_forward_with_the_features(backend, features):
+    m = tiny(backend, **features)
+    start = torch.randint(2, V, (3, 5), generator=torch.Generator().manual_seed(1))
+    start[:, 0] = 0  # <bos>: the structure is known
     cached = generate(m, start, 64, temperature=0, use_cache=True)
     assert torch.equal(cached, generate(m, start, 64, temperature=0, use_cache=False))
     full = m(cached[:, :-1])  # (3, 68, V)
@@ -68,10 +83,58 @@ def test_kv_cache_gives_the_same_logits_as_a_full_forward_with_the_features(back
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("backend", ["sdpa", "flash"])
-def test_backends_give_the_same_model_with_the_features(backend):
+def test_backends_give_the_same_model_with_the_features(backend, features):
     idx = torch.randint(0, V, (2, 16))
-    torch.testing.assert_close(tiny(backend)(idx), tiny("naive")(idx), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny(backend, **features)(idx), tiny("naive", **features)(idx), rtol=1e-5, atol=1e-5)
+
+
+def structure_of(text: str, history: str = "") -> list[tuple[int, int, int]]:
+    """structure_ids of a character text ('^' <bos>, '$' <eos>) on a model of its vocabulary."""
+    tok = CharTokenizer(sorted(set(text + history) - set("^$")))
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True))
+    m.set_token_kinds(torch.tensor(token_kinds(tok)))
+    ids = [[tok.encode(c.replace("^", "").replace("$", ""), bos=c == "^", eos=c == "$")[0] for c in t]
+           for t in (history, text)]
+    got = m.structure_ids(torch.tensor([ids[1]]), torch.tensor([ids[0]]) if history else None)  # (1, T, 3)
+    return [tuple(r) for r in got[0].tolist()]
+
+
+def test_structure_ids_of_a_hand_made_poem():
+    got = structure_of("^床前明月光，疑是地上霜。举头望明月，低头思故乡。$")
+    # the first line: line 1, length unknown (countdown 0, slot 1: first-line character), up to its mark
+    assert got[:6] == [(1, 0, 1)] * 6
+    assert got[6] == (2, 6, 2)  # after ，: 疑 is next, line 2 (second), 5 characters before the mark
+    assert [g[1] for g in got[6:12]] == [6, 5, 4, 3, 2, 1]  # countdown to the mark
+    assert got[10] == (2, 2, 4)  # after 疑是地上 the next token (霜) is the rhyme slot of an even line
+    assert got[11] == (2, 1, 3)  # then the mark
+    assert got[12] == (3, 6, 2) and got[16] == (3, 2, 2)  # line 3 is odd: its last character is no rhyme slot
+    assert got[22] == (4, 2, 4)  # 乡's slot: the rhyme of line 4
+    assert got[24] == (5, 6, 2)  # after the last mark: a fifth line could follow
+    assert got[25] == (0, 0, 0)  # after <eos>: unknown
+
+
+def test_structure_is_unknown_until_a_poem_starts_and_history_supplies_it():
+    mid = structure_of("地上霜。举头")  # a window that starts mid-poem
+    assert mid == [(0, 0, 0)] * 6
+    with_history = structure_of("地上霜。举头", history="^床前明月光，疑是")  # a refilled cache's history
+    assert with_history == structure_of("^床前明月光，疑是地上霜。举头")[-6:]
+    assert with_history[0] == (2, 3, 2) and with_history[1] == (2, 2, 4)  # after 地, after 上 (霜 next)
+
+
+def test_a_cache_with_history_continues_the_structure_and_the_engine_refills_with_it():
+    m = tiny(block_size=16, structure=True)
+    seq = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 6, 7, 8, 9]])  # <bos>, marks at 7 and 14
+    cache = m.new_cache(history=seq[:, :8])
+    torch.testing.assert_close(m(seq[:, 8:], cache=cache), m(seq[:, 8:], history=seq[:, :8]))
+    assert torch.equal(cache.ids, seq)
+    assert torch.equal(m.structure_ids(seq[:, 8:], seq[:, :8]), m.structure_ids(seq)[:, 8:])
+    assert not torch.equal(m.structure_ids(seq[:, 8:]), m.structure_ids(seq)[:, 8:])  # without: unknown
+    histories, new_cache = [], m.new_cache
+    m.new_cache = lambda keep=False, history=None: histories.append(history.size(1)) or new_cache(keep, history)
+    out = generate(m, seq[:, :5], 20, temperature=0, use_cache=True)  # past block_size: refills
+    assert out.shape == (1, 25) and histories == [0, 9]  # at 17 tokens: the last 8 refill, 9 are history
 
 
 def test_the_rhyme_loss_scores_line_final_targets_only():
@@ -91,15 +154,17 @@ def test_the_rhyme_loss_scores_line_final_targets_only():
 
 
 def test_bad_tables_are_refused():
-    m, tones, ends = tiny(), torch.zeros(V, dtype=torch.long), torch.zeros(V, dtype=torch.bool)
+    m, tones = tiny(), torch.zeros(V, dtype=torch.long)
     with pytest.raises(ValueError, match="groups must be"):
-        m.set_phonology(torch.zeros(V, 3, dtype=torch.long), tones, ends)
+        m.set_phonology(torch.zeros(V, 3, dtype=torch.long), tones)
     with pytest.raises(ValueError, match="tones ids"):
-        m.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4), ends)
+        m.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4))
     with pytest.raises(ValueError, match="first group id"):
-        m.set_phonology(torch.full((V, 4), -1), tones, ends)
+        m.set_phonology(torch.full((V, 4), -1), tones)
     with pytest.raises(ValueError, match="no phonology"):
-        GPT(GPTConfig(vocab_size=V)).set_phonology(torch.zeros(V, 4), torch.zeros(V), torch.zeros(V))
+        GPT(GPTConfig(vocab_size=V)).set_phonology(torch.zeros(V, 4), torch.zeros(V))
+    with pytest.raises(ValueError, match="no token kinds"):
+        GPT(GPTConfig(vocab_size=V)).set_token_kinds(KINDS)
 
 
 def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
@@ -111,7 +176,7 @@ def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
     engine = Engine.load(path)
     assert torch.equal(engine.model.phon_group_ids, lit.gpt.phon_group_ids)
-    assert (engine.model.phon_group_ids[:, 0] > 0).any() and engine.model.line_end.sum() >= 2
+    assert (engine.model.phon_group_ids[:, 0] > 0).any() and (engine.model.token_kind == 3).sum() >= 2
     idx, _ = engine.encode_line("床前明月光", "prompt")
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx))
     assert engine.generate(idx, 5).shape == (1, 11)

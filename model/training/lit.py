@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import Timer
 from torchmetrics import SumMetric
 
 from data.datamodule import IGNORE
-from data.phonology import phonology_tables
+from data.features import phonology_tables, token_kinds
 from data.tokenizer import tokenizer_from_state
 from model.engine import Engine, read_trained
 from model.gpt import GPT, GPTConfig, head_for_vocabulary
@@ -62,7 +62,9 @@ class LitGPT(L.LightningModule):
                                  **head_for_vocabulary(model, self.tokenizer.vocab_size)))
         if self.gpt.cfg.phonology:  # the per-vocabulary ids; a loaded checkpoint's own buffers replace them
             tables = phonology_tables(self.tokenizer, script)
-            self.gpt.set_phonology(torch.tensor(tables.groups), torch.tensor(tables.tones), torch.tensor(tables.line_end))
+            self.gpt.set_phonology(torch.tensor(tables.groups), torch.tensor(tables.tones))
+        if hasattr(self.gpt, "token_kind"):
+            self.gpt.set_token_kinds(torch.tensor(token_kinds(self.tokenizer)))
         self.engine = Engine(self.gpt, self.tokenizer, script)
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)

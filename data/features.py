@@ -1,5 +1,9 @@
-"""Per-vocabulary phonology tables for the network's phonology features (`GPTConfig.phonology`).
+"""Per-vocabulary tables for the network's optional input features (`model/gpt.py`): what a
+token sounds like (`phonology_tables`, for `GPTConfig.phonology`) and what kind of token it is
+(`token_kinds`: poem start and end, line-end marks; for `GPTConfig.structure` and the auxiliary
+rhyme loss). The network imports no poetry rules: it takes these as buffers.
 
+Phonology (`phonology_tables`):
 What a token sounds like, from the 平水韵 table (`data.verse.rhyme`): the level-tone (平声)
 rhyme groups of its readings and its tone class. The network takes these as buffers
 (`model.gpt.GPT.set_phonology`), saved in the checkpoint, so it imports no poetry rules and
@@ -19,6 +23,9 @@ from data.verse.poetry import LINE_END
 from data.verse.rhyme import is_level_tone, level_tone_table, readings
 
 TONES = ("none", "level", "oblique", "both")
+TOKEN_KINDS = ("other", "bos", "eos", "line_end")
+"""`token_kinds` ids: 0 any other token, 1 `<bos>`, 2 `<eos>`, 3 a mark that ends a line
+(`data.verse.poetry.LINE_END`: ，。？！；)."""
 READINGS = 4
 """Level-tone groups kept per character (the most any character of the table has: 4)."""
 PAD = -1
@@ -28,11 +35,9 @@ PAD = -1
 @dataclass
 class PhonologyTables:
     """groups: vocab_size rows of READINGS group ids (PAD after the last; a row without a
-    level-tone group is [0, PAD, …]); tones: vocab_size tone ids; line_end: vocab_size flags,
-    True for the marks that end a line (`data.verse.poetry.LINE_END`)."""
+    level-tone group is [0, PAD, …]); tones: vocab_size tone ids."""
     groups: list[list[int]]
     tones: list[int]
-    line_end: list[bool]
 
 
 def group_ids() -> dict[str, int]:
@@ -45,7 +50,7 @@ def phonology_tables(tokenizer: Tokenizer, script: str) -> PhonologyTables:
     'traditional'). `光`, `霜` and `乡` all get [id of 下平聲七陽, PAD, PAD, PAD]; `乡`'s tone is
     3 (both: it also reads 去聲), `光`'s 1. raises ValueError for an unknown script."""
     index, ids = readings(script), group_ids()
-    groups, tones, line_end = [], [], []
+    groups, tones = [], []
     for i in range(tokenizer.vocab_size):
         text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
         char = text[-1:] if text else ""
@@ -54,5 +59,14 @@ def phonology_tables(tokenizer: Tokenizer, script: str) -> PhonologyTables:
         groups.append(level + [PAD] * (READINGS - len(level)))
         has_level, has_oblique = level != [0], any(not is_level_tone(g) for g in found)
         tones.append(0 if not found else 3 if has_level and has_oblique else 1 if has_level else 2)
-        line_end.append(text != "" and text[-1] in LINE_END)
-    return PhonologyTables(groups, tones, line_end)
+    return PhonologyTables(groups, tones)
+
+
+def token_kinds(tokenizer: Tokenizer) -> list[int]:
+    """The `TOKEN_KINDS` id of every id of `tokenizer` (a token ending in a line-end mark is one)."""
+    bos, eos = tokenizer.encode("", bos=True, eos=True)
+    kinds = []
+    for i in range(tokenizer.vocab_size):
+        text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
+        kinds.append(1 if i == bos else 2 if i == eos else 3 if text[-1:] in tuple(LINE_END) else 0)
+    return kinds
