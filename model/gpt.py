@@ -22,8 +22,11 @@ alternatives each option names:
   2019): learned embeddings of its rhyme group(s) (a polyphonic character: the mean over its
   readings) and of its tone class are added to its token embedding. The per-vocabulary ids
   come from the data layer (`data/phonology.py`) through `set_phonology` and are buffers, saved
-  in the checkpoint. `rhyme_loss_weight` > 0 adds an auxiliary head predicting the rhyme group
-  of every target that ends a line (the next target is a line-end mark): a multi-task loss.
+  in the checkpoint. `phon_output`: the output layer adds each token's phonology embedding to
+  its output vector (tied to the input's; the adaptive head: the head cluster's tokens), so
+  a hidden state that points at a rhyme group raises every character of it.
+  `rhyme_loss_weight` > 0 adds an auxiliary head predicting the rhyme group of every target
+  that ends a line (the next target is a line-end mark): a multi-task loss.
 - `qk_norm`: RMS-normalise q and k per head; `bias`: biases in Linear and LayerNorm layers;
   `attention`: the backend (`model/attention.py`: naive | sdpa | flash), the same function.
 
@@ -69,6 +72,7 @@ class GPTConfig:
     phon_tones: int = 4  # phonology: tone ids (none, level, oblique, both)
     phon_readings: int = 4  # phonology: group ids per token (a polyphonic character's readings, padded with -1)
     rhyme_loss_weight: float = 0.0  # phonology: weight of the auxiliary loss on the rhyme group of line-final targets
+    phon_output: bool = False  # phonology: the output layer scores each token's phonology embedding too
     structure: bool = False  # add embeddings of where the next token sits in the poem (structure_ids)
     struct_lines: int = 10  # structure: line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest)
     struct_countdown: int = 10  # structure: countdown ids (0 unknown, then 0, 1, … tokens left in the line, capped)
@@ -132,6 +136,18 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, n_embd)
 
 
+class RowsPlus(nn.Linear):
+    """A bias-free Linear layer whose weight's first rows get `extra()` ((rows, in_features))
+    added at every call: the adaptive head cluster with phonology (`GPTConfig.phon_output`)."""
+    def __init__(self, in_features: int, out_features: int, extra):
+        super().__init__(in_features, out_features, bias=False)
+        self.extra = extra  # a bound method of the GPT: not a submodule
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.extra()  # (rows, in_features)
+        return F.linear(x, torch.cat([self.weight[: e.size(0)] + e, self.weight[e.size(0):]]))
+
+
 class Cache(list):
     """The KV cache of a GPT: one `KVCache` per layer, and `ids` (B, N) int64, the text's tokens
     so far (None without structure features), which `GPT.structure_ids` reads."""
@@ -170,8 +186,8 @@ class GPT(nn.Module):
             self.register_buffer("phon_group_ids", torch.zeros(cfg.vocab_size, cfg.phon_readings, dtype=torch.long))
             self.register_buffer("phon_tone_ids", torch.zeros(cfg.vocab_size, dtype=torch.long))
             self.rhyme_head = nn.Linear(cfg.n_embd, cfg.phon_groups, bias=False) if cfg.rhyme_loss_weight > 0 else None
-        elif cfg.rhyme_loss_weight > 0:
-            raise ValueError("rhyme_loss_weight > 0 needs phonology=True (the rhyme groups of the targets)")
+        elif cfg.rhyme_loss_weight > 0 or cfg.phon_output:
+            raise ValueError("rhyme_loss_weight > 0 and phon_output need phonology=True (the tokens' rhyme groups)")
         if cfg.structure:  # line index, countdown, slot type of the next token
             self.wline = nn.Embedding(cfg.struct_lines, cfg.n_embd)
             self.wcount = nn.Embedding(cfg.struct_countdown, cfg.n_embd)
@@ -186,6 +202,8 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017)
         else:  # clusters by frequency rank; id_rank maps a token id to its rank (set_token_counts)
             self.lm_head = nn.AdaptiveLogSoftmaxWithLoss(cfg.n_embd, cfg.vocab_size, cutoffs, cfg.head_div_value)
+            if cfg.phon_output:  # the head cluster's rows (its most frequent tokens) get their phonology added
+                self.lm_head.head = RowsPlus(cfg.n_embd, self.lm_head.head_size, self._head_phonology)
             self.register_buffer("id_rank", torch.arange(cfg.vocab_size))  # (vocab_size,), saved in checkpoints
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
@@ -286,6 +304,19 @@ class GPT(nn.Module):
         groups = (self.wge(g.clamp(min=0)) * keep).sum(2) / keep.sum(2)  # (B, T, n_embd)
         return groups + self.wtone(self.phon_tone_ids[idx])  # (B, T, n_embd)
 
+    def _head_phonology(self) -> torch.Tensor:
+        """(head_cutoffs[0], n_embd): the phonology embeddings of the adaptive head cluster's
+        tokens, in frequency-rank order (the rows of its weight they are added to)."""
+        ids = torch.argsort(self.id_rank)[: self.cfg.head_cutoffs[0]]  # rank → id
+        return self._phonology(ids[None])[0]
+
+    def _tied_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The tied output layer: x (B, T, n_embd) → (B, T, vocab_size); with phon_output each
+        token's output vector is its embedding plus its phonology embedding."""
+        if not self.cfg.phon_output:
+            return self.lm_head(x)
+        return F.linear(x, self.wte.weight + self._phonology(torch.arange(self.cfg.vocab_size, device=x.device)[None])[0])
+
     def _embed(self, idx: torch.Tensor, start: int = 0, history: torch.Tensor | None = None) -> torch.Tensor:
         B, T = idx.shape
         if start + T > self.cfg.block_size:
@@ -331,7 +362,7 @@ class GPT(nn.Module):
         """
         x = self._hidden(idx, cache, history)  # (B, T, n_embd)
         if self.cfg.head == "tied":
-            return self.lm_head(x)  # (B, T, vocab_size)
+            return self._tied_logits(x)  # (B, T, vocab_size)
         # in float32 even under autocast: the adaptive softmax writes float32 results in place
         with torch.autocast(device_type=x.device.type, enabled=False):
             logp = self.lm_head.log_prob(x.reshape(-1, x.size(-1)).float())  # (B·T, vocab_size), rank order
@@ -345,7 +376,7 @@ class GPT(nn.Module):
         x = self._hidden(idx)  # (B, T, n_embd)
         aux = self._rhyme_loss(x, targets) if self.cfg.rhyme_loss_weight > 0 else 0.0
         if self.cfg.head == "tied":
-            logits = self.lm_head(x)  # (B, T, vocab_size)
+            logits = self._tied_logits(x)  # (B, T, vocab_size)
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1) + aux
         with torch.autocast(device_type=x.device.type, enabled=False):
             scored = targets.reshape(-1) != -1  # (B·T,)
@@ -368,7 +399,7 @@ class GPT(nn.Module):
         scored): idx, targets (B, T) int64. raises ValueError as `forward`."""
         x = self._hidden(idx)  # (B, T, n_embd)
         if self.cfg.head == "tied":
-            logits = self.lm_head(x)  # (B, T, vocab_size)
+            logits = self._tied_logits(x)  # (B, T, vocab_size)
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1,
                                    reduction="none").view(targets.shape)
         with torch.autocast(device_type=x.device.type, enabled=False):

@@ -180,3 +180,24 @@ def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
     idx, _ = engine.encode_line("床前明月光", "prompt")
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx))
     assert engine.generate(idx, 5).shape == (1, 11)
+
+
+@pytest.mark.parametrize("head", ["tied", "adaptive"])
+def test_phon_output_adds_the_phonology_to_the_output_vectors_and_stays_a_distribution(head):
+    m = tiny(head=head, head_cutoffs=(20,), phon_output=True)
+    if head == "adaptive":
+        m.set_token_counts(torch.arange(V).flip(0))  # id 0 the most frequent
+    idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(2))
+    logp = torch.log_softmax(m(idx), -1)  # (2, 9, V)
+    torch.testing.assert_close(m.nats(idx, y), -logp.gather(-1, y[..., None])[..., 0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(m.loss(idx, y), m.nats(idx, y).mean(), rtol=1e-4, atol=1e-5)
+    x = m._hidden(idx)
+    phon = m._phonology(torch.arange(V)[None])[0]  # (V, n_embd) every token's phonology embedding
+    if head == "tied":
+        torch.testing.assert_close(m._tied_logits(x), x @ (m.wte.weight + phon).T)
+    else:  # the head cluster: ranks 0…19 are ids 0…19 here
+        w = m.lm_head.head.weight
+        torch.testing.assert_close(m.lm_head.head(x), x @ torch.cat([w[:20] + phon[:20], w[20:]]).T)
+    with pytest.raises(ValueError, match="need phonology"):
+        GPT(GPTConfig(vocab_size=V, phon_output=True))
