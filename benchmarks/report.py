@@ -278,12 +278,37 @@ def attention_maps(res: dict) -> str:
     return "\n\n".join(parts)
 
 
+def rhyme_levers(res: dict) -> str:
+    r = res.get("rhyme-levers-cpu")
+    if r is None:
+        return "\n\n".join(["## Rhyme levers", "Pending: `benchmarks/results/rhyme-levers-cpu.json` is not committed yet."])
+    pct = lambda v: f"{100 * v:.1f} %"  # noqa: E731
+    rows = [[name, " ".join(f"`{o}`" for o in x["overrides"]) or "–", n(x["steps"]), n(x["val_bpc"], 4),
+             n(x["blocks_val_bpc"], 4) if "blocks_val_bpc" in x else "–", pct(x["free"]["rhyme_regulated"]),
+             pct(x["free"]["regulated"]), f"{x['free']['distinct_2']:.3f}", pct(x["free"]["copy"])]
+            for name, x in r["runs"].items()]
+    body = [table(["run", "overrides", "steps", "`poems` val/bpc", "`blocks` val/bpc", "free rhy/reg", "regulated",
+                   "distinct-2", "copy"], rows)]
+    forms = [[f"{name}, form={s}", pct(x[s]["rhyme_regulated"]), pct(x[s]["regulated"]), f"{x[s]['distinct_2']:.3f}"]
+             for name, x in r["runs"].items() for s in ("wulv", "qilv") if s in x]
+    if forms:
+        body.append(table(["run, form mask only", "rhy/reg", "regulated", "distinct-2"], forms))
+    if t := r.get("step_time"):
+        body.append("Training step time, median over " + n(t["steps_each"]) + " steps each, alternated in one process: "
+                    + ", ".join(f"{k} {v:.2f}×" for k, v in t["ratio_to_default"].items()) + " the default's.")
+    return section(
+        "Rhyme levers",
+        "Screens at fixed steps, same seed, one thread each (two runs side by side): " + r["command"]
+        + ". What each lever is: [rhyme](rhyme.md).", "rhyme-levers-cpu", r.get("machine"), *body)
+
+
 def pending(name: str, command: str) -> str:
     return (f"Pending: `benchmarks/results/{name}.json` is not committed yet. `{command}` writes it for the default "
             f"run's checkpoint; then regenerate this page:\n\n```bash\n{PENDING_RUN}\n```")
 
 
-SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, tokenizers, mfu, evaluation, attention_maps)
+SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, tokenizers, mfu, evaluation, attention_maps,
+            rhyme_levers)
 
 
 def results_page(res: dict) -> str:
