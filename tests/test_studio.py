@@ -2,6 +2,7 @@
 uvicorn server in a thread for two poems at once and for a page that closes mid-poem."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -186,17 +187,25 @@ def slow(app, monkeypatch):
     return slowed
 
 
-@pytest.fixture(scope="module")
-def served(app):
-    """The app on a real uvicorn server on a free port of 127.0.0.1: its address."""
+@contextlib.contextmanager
+def running(app):
+    """The app on a real uvicorn server in a thread, on a free port of 127.0.0.1: its address."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def served(app):
+    with running(app) as url:
+        yield url
 
 
 def read_events(lines, until: str) -> list[tuple[str, dict]]:

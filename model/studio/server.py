@@ -12,7 +12,7 @@ serves it with uvicorn, one process, no database):
   `start` {tokens, texts, rows}; one `step` per drawn token {pos, label, text, prob, row,
   allowed}; `given` {pos, tokens, texts, rows} for a prompt that follows a drawn plan; then
   `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
-- `GET /status`: {"generating": the number of poems being written}.
+- `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
 
 Every row is one query position's attention weights, [layer][head][key] integers in units of
 1/SCALE, over the keys from its `start` position on: a step's row is the one it computed for the
@@ -217,8 +217,11 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
     async def status(request: Request) -> Response:
         return Response(json.dumps({"generating": app.state.generating}), media_type="application/json")
 
+    async def no_icon(request: Request) -> Response:  # what a browser asks for first: nothing
+        return Response(status_code=204)
+
     app = Starlette(routes=[Route("/", index), Route("/options", options), Route("/generate", generate, methods=["POST"]),
-                            Route("/status", status)])
+                            Route("/status", status), Route("/favicon.ico", no_icon)])
     app.state.generating = 0
     app.state.engine_for = engine_for
     return app
