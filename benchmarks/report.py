@@ -198,6 +198,28 @@ def sampling(res: dict) -> str:
     )
 
 
+def studio(res: dict) -> str:
+    s = res["studio-cpu"]
+    m = s["model"]
+    rows = [[r["options"], n(r["poems"]), n(r["first_ms"]), n(r["client_first_ms"]), n(r["max_first_ms"]),
+             n(r["chars_per_s"]), n(r["chars"])] for r in s["rows"]]
+    lines = ", ".join(f"`{path}` {n(k)}" for path, k in s["lines"].items())
+    return section(
+        "The studio",
+        f"`python benchmarks/studio.py`: the studio served by uvicorn in the benchmark's process, poems asked for "
+        f"one at a time over HTTP streaming, seeds 0, 1, …; `{s['ckpt']}` (n_layer {m['n_layer']}, n_head "
+        f"{m['n_head']}, n_embd {m['n_embd']}, {n(m['vocab_size'])} tokens). First character: from the request "
+        "reaching the server to the first character's event handed to it (server), and from the request sent to "
+        "that event read (client); characters per second from the first character to the last. Medians.",
+        "studio-cpu", s.get("machine"),
+        table(["options", "poems", "first character, server ms", "client ms", "slowest, server ms", "characters/s",
+               "characters"], rows),
+        f"The first poem after start (a 七律 with meter, which builds the rhyme and tone tables) had its first "
+        f"character after {n(s['cold_first_ms'])} ms. The page is {n(s['page_bytes'])} bytes as served (the "
+        f"attention view's style and script inlined; `studio.html` alone {n(s['template_bytes'])}). Lines: {lines}.",
+    )
+
+
 def tokenizers(res: dict) -> str:
     t = res["tokenizers-cpu"]
     m = t["meta"]
@@ -283,7 +305,8 @@ def pending(name: str, command: str) -> str:
             f"run's checkpoint; then regenerate this page:\n\n```bash\n{PENDING_RUN}\n```")
 
 
-SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, tokenizers, mfu, evaluation, attention_maps)
+SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
+            attention_maps)
 
 
 def results_page(res: dict) -> str:

@@ -1,28 +1,29 @@
 """The studio's server without a browser: Starlette's test client for each endpoint, and a real
-uvicorn server in a thread for two poems at once and for a page that closes mid-poem."""
+uvicorn server in a thread (`background`) for two poems at once and for a page that closes mid-poem."""
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import threading
 import time
 
 import numpy as np
 import pytest
 import torch
-import uvicorn
 from hydra import compose, initialize_config_dir
 from starlette.testclient import TestClient
 
 import sample as sample_script
 import studio as studio_script
+from data.tokenizer import CharTokenizer
+from data.verse.plan import plan_labels
+from data.verse.script import corpus_to_script
 from model.cli import USER_ERRORS
 from model.engine import Engine
 from model.inspection.attention_view import SCALE
 from model.sampling.poems import SamplingOptions, sample_ids, sample_poems
-from model.studio.server import OPTIONS, create_app
-from tests.conftest import ROOT
+from model.studio.server import OPTIONS, background, create_app
+from model.training.lit import LitGPT
+from tests.conftest import POEMS, ROOT
 from tests.test_attention_maps import write_checkpoint
 
 httpx = pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2: pip install -r requirements.txt")
@@ -187,24 +188,9 @@ def slow(app, monkeypatch):
     return slowed
 
 
-@contextlib.contextmanager
-def running(app):
-    """The app on a real uvicorn server in a thread, on a free port of 127.0.0.1: its address."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 @pytest.fixture(scope="module")
 def served(app):
-    with running(app) as url:
+    with background(app) as url:
         yield url
 
 
@@ -262,3 +248,27 @@ def test_a_closed_page_stops_its_poem(served, app, slow):
     drawn = len(slow.calls)
     time.sleep(0.5)
     assert len(slow.calls) == drawn < 10  # no step after the close (200 were allowed, 20 ms each)
+
+
+def test_a_plan_model_draws_its_plan_then_reads_the_prompt(tmp_path):
+    """A model with plan tokens: `<bos> <form>`, the rhyme token drawn, the prompt given, then the poem."""
+    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"), plan_labels())
+    torch.manual_seed(0)
+    lit = LitGPT(dict(block_size=40, n_layer=1, n_head=2, n_embd=16), {}, tok.state_dict())
+    ckpt = tmp_path / "run" / "last.ckpt"
+    ckpt.parent.mkdir()
+    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, ckpt)
+    client = TestClient(create_app(tmp_path))
+    assert client.get("/options").json()["model"]["plan"] is True
+    options = {"prompt": "床前明月光", "form": "wujue", "control": "both", "seed": 2}
+    status, text = post(client, options)
+    evs = events(text)
+    assert [name for name, _ in evs[:4]] == ["start", "step", "given", "step"] and evs[-1][0] == "done"
+    start, rhyme, given = evs[0][1], evs[1][1], evs[2][1]
+    assert start["tokens"] == ["<bos>", "<五绝>"] and [r["pos"] for r in start["rows"]] == [0]
+    assert rhyme["pos"] == 2 and rhyme["text"] == "" and rhyme["label"] in plan_labels()
+    assert given["pos"] == 3 and given["texts"] == list("床前明月光")
+    assert [r["pos"] for r in given["rows"]] == [2, 3, 4, 5, 6]  # the last plan token's, and the prompt's but the last
+    assert evs[3][1]["pos"] == 8 and evs[3][1]["row"]["start"] == 0 and len(evs[3][1]["row"]["w"][0][0]) == 8
+    engine = Engine.load(ckpt)
+    assert evs[-1][1]["poem"] == sample_poems(engine, SamplingOptions(**options))[0]

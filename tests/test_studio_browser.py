@@ -15,10 +15,10 @@ import torch
 from data.verse.poetry import LINE_END
 from model.engine import Engine
 from model.sampling.poems import SamplingOptions, sample_poems
-from model.studio.server import create_app
+from model.studio.server import background, create_app
 from sample import as_lines
 from tests.test_attention_view_browser import browser, sharp_checkpoint, shown_strips  # noqa: F401 (a fixture)
-from tests.test_studio import running, sample_error
+from tests.test_studio import sample_error
 
 pytestmark = pytest.mark.browser
 REFUSED = "Failed to load resource: the server responded with a status of 400"
@@ -29,7 +29,7 @@ REFUSED = "Failed to load resource: the server responded with a status of 400"
 def studio(tmp_path_factory):
     """(the studio's address, its checkpoint): a tiny untrained model with sharp attention maps."""
     ckpt = sharp_checkpoint(tmp_path_factory.mktemp("studio") / "checkpoints" / "run" / "last.ckpt")
-    with running(create_app(ckpt.parents[1])) as url:
+    with background(create_app(ckpt.parents[1])) as url:
         yield url, ckpt
 
 

@@ -25,14 +25,17 @@ after the step in flight, since no further step is asked for.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
+import threading
 import time
 from functools import lru_cache
 from pathlib import Path
 
 import anyio
 import torch
+import uvicorn
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from starlette.applications import Starlette
@@ -225,3 +228,19 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
     app.state.generating = 0
     app.state.engine_for = engine_for
     return app
+
+
+@contextlib.contextmanager
+def background(app: Starlette):
+    """The app on a uvicorn server in a thread, on a free port of 127.0.0.1, while the block runs:
+    yields its address (for tests and benchmarks/studio.py)."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
