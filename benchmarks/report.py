@@ -268,7 +268,7 @@ def evaluation(res: dict) -> str:
     def cell(c: str, v) -> str:
         return "–" if v is None else n(v) if c == "n" else f"{v:.3f}" if c.startswith("distinct") else f"{100 * v:.1f} %"
 
-    val = ", ".join(f"`{k}` {v:.4f}" for k, v in e.get("val", {}).items())
+    val = ", ".join(f"`{k}` {v:.4f}" for k, v in e.get("val", {}).items() if k != "step")
     return "\n\n".join([
         "## The default run's poems",
         f"`python evaluate.py`: {e['settings']['num_samples']} poems per sample set, {e['settings']['reference']} "

@@ -68,6 +68,8 @@ def test_blocks_need_their_markers():
 
 
 def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(results, tmp_path, corpus):  # noqa: F811
+    for name in ("evaluate-default-cpu", "attention-maps-default-cpu"):
+        (results / f"{name}.json").unlink(missing_ok=True)
     page = report.expected(results)[report.PAGES["results"]]
     assert "Pending: `benchmarks/results/evaluate-default-cpu.json`" in page
     assert "Pending: `benchmarks/results/attention-maps-default-cpu.json`" in page
