@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import hydra
 import rootutils
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.poetry import LINE_END
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.engine import latest_checkpoint
 from model.sampling.poems import SamplingOptions, read_plans, sampling_engine, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -44,7 +46,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     fitting the form), BackendUnavailableError — all before any generation.
     """
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
-    engine, ckpt, device = sampling_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend)
+    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
+    engine, device = sampling_engine(ckpt, cfg.device, cfg.backend)
     tok = engine.tokenizer
     start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1

@@ -26,7 +26,7 @@ from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from model.attention import check_backend
-from model.engine import Engine, LogitsProcessor, Step, latest_checkpoint
+from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 
@@ -61,24 +61,22 @@ class SamplingOptions:
     control: str | None = None
 
 
-def sampling_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path, device: str = "auto",
-                    backend: str | None = None) -> tuple[Engine, Path, str]:
-    """The engine `sample.py` and the studio sample with → (engine, its checkpoint, the device).
+def sampling_engine(ckpt_path: str | Path, device: str = "auto", backend: str | None = None) -> tuple[Engine, str]:
+    """The engine `sample.py` and the studio sample with → (engine, the device it is on).
 
-    ckpt_path: None for the newest `checkpoint_dir/*/last.ckpt`; device: auto (cuda where there
-    is one) | cpu | cuda; backend: run with another attention backend than the checkpoint's.
-    raises FileNotFoundError (no checkpoint), ValueError (device=cuda on a machine without one),
-    BackendUnavailableError (the backend cannot run there), all before any generation.
+    device: auto (cuda where there is one) | cpu | cuda; backend: run with another attention
+    backend than the checkpoint's. raises FileNotFoundError (no such checkpoint), ValueError
+    (device=cuda on a machine without one), BackendUnavailableError (the backend cannot run
+    there), all before any generation.
     """
     device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
                          "use device=cpu or device=auto")
-    ckpt = Path(ckpt_path) if ckpt_path else latest_checkpoint(Path(checkpoint_dir))
-    engine = Engine.load(ckpt, device, backend)
+    engine = Engine.load(ckpt_path, device, backend)
     cfg = engine.model.cfg
     check_backend(cfg.attention, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
-    return engine, ckpt, device
+    return engine, device
 
 
 @lru_cache(maxsize=8)

@@ -172,7 +172,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
 
     @lru_cache(maxsize=4)
     def load(path: str, mtime_ns: int) -> Engine:  # mtime: a rewritten checkpoint is read again
-        return sampling_engine(path, checkpoint_dir, device, backend)[0]
+        return sampling_engine(path, device, backend)[0]
 
     def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
         path = Path(ckpt) if ckpt else Path(ckpt_path) if ckpt_path else latest_checkpoint(Path(checkpoint_dir))
