@@ -23,6 +23,7 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.machine import describe
 from data.corpus_io import heldout_poems
 from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
@@ -117,7 +118,7 @@ def attention_report(cfg: DictConfig) -> dict:
     learned, init = batch_maps(gpt, sequences), batch_maps(init_gpt, sequences)
     heldout_tokens = [t for _, t in encoded]
     report = {
-        "checkpoint": str(ckpt), "text": "".join(tokens[1:]), "tokens": tokens,
+        "checkpoint": str(ckpt), "machine": describe("cpu"), "text": "".join(tokens[1:]), "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                      for k in ("backend", "init_seed", "heldout", "baselines", "flag")},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",

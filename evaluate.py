@@ -25,6 +25,7 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from benchmarks.machine import describe
 from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.engine import latest_checkpoint
@@ -90,7 +91,8 @@ def evaluate(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
-    report = {"checkpoint": str(ckpt), "device": device, "settings": {**settings, "sample_sets": requests},
+    report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device),
+              "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),
               "json": str(out_dir / "evaluate.json")}

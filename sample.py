@@ -19,10 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.tokenizer import StreamDecoder
 from data.verse.poetry import LINE_END
-from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.engine import Engine, latest_checkpoint
-from model.sampling.poems import SamplingOptions, read_plans, stream_poems
+from model.engine import latest_checkpoint
+from model.sampling.poems import SamplingOptions, read_plans, sampling_engine, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -47,14 +46,9 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     fitting the form), BackendUnavailableError — all before any generation.
     """
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
-                         "use device=cpu or device=auto")
     ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    engine = Engine.load(ckpt, device, cfg.backend)
-    gpt, tok = engine.model, engine.tokenizer
-    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    engine, device = sampling_engine(ckpt, cfg.device, cfg.backend)
+    tok = engine.tokenizer
     start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)

@@ -1,6 +1,7 @@
 """attention_maps.py on tiny checkpoints written in the test."""
 import json
 import lzma
+import re
 
 import numpy as np
 import pytest
@@ -64,6 +65,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     saved = json.loads((out / "attention_maps.json").read_text())
     assert saved == json.loads(json.dumps(report))
     assert saved["tokens"] == ["<bos>", *"床前明月光，疑是地上霜。"] and saved["heldout"]["poems"] == 3
+    assert re.fullmatch(r".+ \(\d+ cores, \d+ threads\), torch .+", saved["machine"])  # named in docs/results.md
     assert [(h["layer"], h["head"]) for h in saved["probe"]["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert set(saved["probe"]["baselines"]) == {"uniform", "random_qk", "random_head", "init"}
     # the checkpoint holds the seed-1337 initialisation, so its heads are the "at init" baseline

@@ -61,7 +61,7 @@ def exported(tmp_path_factory):
     report = attention_report(report_cfg(tmp, write_corpus(tmp / "tang.jsonl.xz"), ckpt, f"text='{TEXT}'",
                                          "heldout.n_poems=2"))
     lit = load_for_inference(ckpt)
-    idx, tokens = lit.encode_line(TEXT)
+    idx, tokens = lit.engine.encode_line(TEXT)
     torch.manual_seed(1337)  # conf/attention_maps.yaml's init_seed
     init = GPT(lit.gpt.cfg).eval()
     with torch.no_grad():

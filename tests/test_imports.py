@@ -17,7 +17,8 @@ LAYERS = (  # lowest first; a module belongs to the layer of its longest matchin
     ("sampling", ("model.sampling",)),
     ("inspection", ("model.inspection",)),
     ("training", ("model.training",)),
-    ("entry scripts", ("model.cli", "train", "sample", "evaluate", "attention_maps", "studio", "benchmarks")),
+    ("entry scripts", ("model.cli", "train", "sample", "evaluate", "attention_maps", "benchmarks")),
+    ("studio", ("studio", "model.studio", "benchmarks.studio")),  # the page's server: a thin top layer nothing imports
 )
 NOT_PURE = {"torch", "numpy", "lightning", "torchmetrics", "torchdata", "hydra", "omegaconf", "tiktoken", "matplotlib"}
 """Packages the poetry rules never import: they are pure Python (and a few dictionaries' data)."""

@@ -68,6 +68,8 @@ def test_blocks_need_their_markers():
 
 
 def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(results, tmp_path, corpus):  # noqa: F811
+    for name in ("evaluate-default-cpu", "attention-maps-default-cpu"):
+        (results / f"{name}.json").unlink(missing_ok=True)
     page = report.expected(results)[report.PAGES["results"]]
     assert "Pending: `benchmarks/results/evaluate-default-cpu.json`" in page
     assert "Pending: `benchmarks/results/attention-maps-default-cpu.json`" in page
@@ -87,3 +89,9 @@ def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(resul
     assert "`val/bpc` 6.1234, `val/loss` 4.2500; 1 min 10 s in all" in page
     assert "| free | 2 | 100.0 % |" in page  # n, then `regulated`
     assert "### On 3 held-out poems" in page and page.count("| random-like |") == 2 * 4  # held-out and probe
+
+
+def test_the_studio_pages_figures_come_from_its_json(results):
+    edit(results, "studio-cpu", lambda d: d.update(cold_first_ms=987.0))
+    assert set(report.stale(results)) == {report.PAGES["results"], report.PAGES["studio"]}
+    assert "the first poem after start, a 七律 with meter: 987 ms" in report.expected(results)[report.PAGES["studio"]]

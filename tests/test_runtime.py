@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from model.cli import quote_non_ascii_overrides
+from model.engine import latest_checkpoint
 from model.training.runtime import compute_dtype, resolve_precision, wandb_logged_in
-from sample import as_lines, latest_checkpoint
+from sample import as_lines
 
 
 def test_chinese_overrides_are_quoted_for_hydra():

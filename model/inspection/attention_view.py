@@ -17,6 +17,7 @@ import html
 import importlib.resources
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -110,17 +111,35 @@ def view_data(probes: Sequence[ProbeView], title: str = "", statistics: Sequence
         out.append({"tokens": tokens, "maps": maps,
                     "verdicts": [{"label": label, "heads": _verdicts(rows, statistics)}
                                  for label, rows in probe.verdicts.items()]})
+    return {"title": title, "scale": SCALE, "colormap": colormap(), "statistics": list(statistics), "kinds": kinds,
+            "n_layer": int(shape[0]), "n_head": int(shape[1]), "probes": out}
+
+
+def colormap() -> str:
+    """The page's colour scale: matplotlib's viridis from 0 to 1 (the PNGs' scale), 256 colours as
+    one string of 6-digit hex RGB."""
     lut = colormaps["viridis"](np.linspace(0.0, 1.0, 256))[:, :3]
-    return {"title": title, "scale": SCALE, "colormap": "".join(f"{r:02x}{g:02x}{b:02x}" for r, g, b in
-                                                                 np.rint(lut * 255).astype(int)),
-            "statistics": list(statistics), "kinds": kinds, "n_layer": int(shape[0]), "n_head": int(shape[1]),
-            "probes": out}
+    return "".join(f"{r:02x}{g:02x}{b:02x}" for r, g, b in np.rint(lut * 255).astype(int))
+
+
+def _template() -> str:
+    return importlib.resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
+
+
+def assets() -> tuple[str, str]:
+    """The view's style sheet and script, (CSS, JavaScript), for a page that mounts views
+    itself (the studio: `MingyueAttention.mount(root, data)`). raises RuntimeError if the
+    template lost either."""
+    found = re.search(r"<style>\n(.*?)</style>.*<script>\n(/\* MingyueAttention.*?)</script>", _template(), re.S)
+    if not found:
+        raise RuntimeError(f"{TEMPLATE} lost its <style> or its MingyueAttention <script>")
+    return found.group(1), found.group(2)
 
 
 def page(data: dict | None = None, title: str = "") -> str:
     """The template with `data` (from `view_data`) embedded; None embeds nothing, for a page
     whose script is fed later (`MingyueAttention.mount(root, data)`)."""
-    template = importlib.resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
+    template = _template()
     payload = "null" if data is None else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")  # stays inside <script>
     slot = '<script id="mingyue-data" type="application/json">null</script>'

@@ -1,8 +1,8 @@
 """Poems from a trained model: prompt normalisation, poetry controls, seeded batched sampling.
 
-The one sampling path: `sample.py` (conf/sample.yaml's options), the `samples` table of
-`model.training.callbacks.SampleLogger`, `benchmarks/sampling.py` and evaluation all go
-through `stream_poems` / `sample_poems`, so every poem keeps the same rules
+The one sampling path: `sample.py` (conf/sample.yaml's options), the studio, the `samples`
+table of `model.training.callbacks.SampleLogger`, `benchmarks/sampling.py` and evaluation all
+go through `poem_steps` (`stream_poems`, `sample_poems`), so every poem keeps the same rules
 (`PoemBoundaries`, `PlanGrammar` for a model with plan tokens, and the controls asked for).
 
 A model trained with plan tokens (`data.plan_tokens=true`, `data/verse/plan.py`) writes `<bos>`, a
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -24,7 +25,8 @@ import torch
 from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from model.engine import Engine, LogitsProcessor
+from model.attention import check_backend
+from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 
@@ -57,6 +59,24 @@ class SamplingOptions:
     repetition_penalty: float = 1.0
     use_cache: bool = True
     control: str | None = None
+
+
+def sampling_engine(ckpt_path: str | Path, device: str = "auto", backend: str | None = None) -> tuple[Engine, str]:
+    """The engine `sample.py` and the studio sample with → (engine, the device it is on).
+
+    device: auto (cuda where there is one) | cpu | cuda; backend: run with another attention
+    backend than the checkpoint's. raises FileNotFoundError (no such checkpoint), ValueError
+    (device=cuda on a machine without one), BackendUnavailableError (the backend cannot run
+    there), all before any generation.
+    """
+    device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
+                         "use device=cpu or device=auto")
+    engine = Engine.load(ckpt_path, device, backend)
+    cfg = engine.model.cfg
+    check_backend(cfg.attention, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
+    return engine, device
 
 
 @lru_cache(maxsize=8)
@@ -93,9 +113,12 @@ def resolve_control(control: str | None, has_plan: bool) -> str:
     return control
 
 
-def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
-    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of (B, n)
-    int64 chunks: each drawn token (n = 1), and a prompt that follows a drawn plan (n = its length)).
+def poem_steps(engine: Engine, opts: SamplingOptions,
+               attention: bool = False) -> tuple[torch.Tensor, Iterator[Step | torch.Tensor]]:
+    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of each
+    drawn token's `Step` (`model.engine.Step`: ids (B, 1), its probability, the tokens the
+    masks allowed, with `attention` every layer's attention row), and of a prompt that follows
+    a drawn plan as (B, n) int64, given, not drawn).
 
     `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
     mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
@@ -143,17 +166,24 @@ def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, I
     start = torch.tensor([[tok.bos_id, *plan, *([] if drawn_first else text)]] * opts.num_samples,
                          device=device)  # (B, T0)
 
-    def generate(idx: torch.Tensor, n: int) -> Iterator[torch.Tensor]:
-        return engine.stream(idx, n, draw, tok.eos_id, opts.use_cache, processors)
+    def generate(idx: torch.Tensor, n: int) -> Iterator[Step]:
+        return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention)
 
-    def steps() -> Iterator[torch.Tensor]:
-        drawn = list(generate(start, to_draw))  # to_draw × (B, 1): PoemBoundaries allows no <eos> here
+    def steps() -> Iterator[Step | torch.Tensor]:
+        drawn = list(generate(start, to_draw))  # to_draw steps: PoemBoundaries allows no <eos> here
         yield from drawn
         given = torch.tensor([text] * opts.num_samples, device=device)  # (B, len(text))
         yield given
-        yield from generate(torch.cat([start, *drawn, given], dim=1), opts.max_new_tokens - to_draw)
+        yield from generate(torch.cat([start, *(s.ids for s in drawn), given], dim=1), opts.max_new_tokens - to_draw)
 
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
+
+
+def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
+    """`poem_steps` as ids: (start (B, T0) int64, iterator of (B, n) int64 chunks: each drawn
+    token (n = 1), and a prompt that follows a drawn plan (n = its length)). raises as `poem_steps`."""
+    start, steps = poem_steps(engine, opts)
+    return start, (s.ids if isinstance(s, Step) else s for s in steps)
 
 
 def sample_ids(engine: Engine, opts: SamplingOptions) -> torch.Tensor:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import Timer, TQDMProgressBar
 
-BUDGET_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s of the time budget [{postfix}]"
+BUDGET_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s of the time budget{postfix}"  # tqdm: ", k=v"
 
 
 class StepProgressBar(TQDMProgressBar):

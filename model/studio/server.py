@@ -1,0 +1,246 @@
+"""The poem studio's server: one page, and each poem streamed to it as server-sent events.
+
+`create_app(checkpoint_dir, ckpt_path, device, backend)` is a Starlette app (`python studio.py`
+serves it with uvicorn, one process, no database):
+- `GET /`: the page, `studio.html` with the attention view's style and script inlined
+  (`model.inspection.attention_view.assets`): nothing comes from the network.
+- `GET /options[?ckpt_path=…]`: the options' defaults (`SamplingOptions`), the forms, the
+  controls, the colour scale, and the checkpoint's path and model shape, or `error`: the
+  one-line message why there is none.
+- `POST /generate`: a JSON object of `OPTIONS` and `ckpt_path` (null: the default) → 400
+  `{"error": "error: …"}`, the message `sample.py` prints, for bad input; else an event stream:
+  `start` {tokens, texts, rows}; one `step` per drawn token {pos, label, text, prob, row,
+  allowed}; `given` {pos, tokens, texts, rows} for a prompt that follows a drawn plan; then
+  `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
+- `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
+
+Every row is one query position's attention weights, [layer][head][key] integers in units of
+1/SCALE, over the keys from its `start` position on: a step's row is the one it computed for the
+position that predicted its token (`Engine.steps(..., attention=True)`); `rows` of `start` and
+`given` are the prompt's positions that no step computes, from one forward pass when it is read.
+
+The response pulls the poem one step at a time, each step in a worker thread (torch releases
+the GIL: two pages write at once, each with its own generator): a closed page stops its poem
+after the step in flight, since no further step is asked for.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import json
+import threading
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import anyio
+import torch
+import uvicorn
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from data.tokenizer import StreamDecoder
+from data.verse.plan import plan_ids
+from data.verse.poetry import FORMS
+from model.cli import USER_ERRORS
+from model.engine import Engine, Step, latest_checkpoint
+from model.inspection.attention_view import SCALE, assets, colormap
+from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, sampling_engine
+
+OPTIONS = tuple(f for f in SamplingOptions.__dataclass_fields__ if f not in ("num_samples", "use_cache"))
+"""The page's options: `sample.py`'s, less num_samples (one poem a page) and use_cache (always on)."""
+SHOWN = 300
+"""At most this many tokens are listed per step as allowed (or, when fewer are masked, as blocked)."""
+
+
+def read_options(body: object) -> tuple[SamplingOptions, str | None]:
+    """A request's JSON → (options, ckpt_path or None). raises ValueError in one line for a body
+    that is not an object, an unknown option, or a value of the wrong type."""
+    if not isinstance(body, dict):
+        raise ValueError('the request must be a JSON object of options, e.g. {"form": "wujue", "rhyme": true}')
+    body = dict(body)
+    ckpt = body.pop("ckpt_path", None)
+    if unknown := sorted(set(body) - set(OPTIONS)):
+        raise ValueError(f"unknown option {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
+    if ckpt is not None and not isinstance(ckpt, str):
+        raise ValueError(f"ckpt_path must be a path or null, got {ckpt!r}")
+    try:
+        opts = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SamplingOptions), body))
+    except OmegaConfBaseException as err:
+        raise ValueError(f"{err.full_key}: {str(err).splitlines()[0]}") from None
+    return opts, ckpt or None
+
+
+def event(name: str, data: dict) -> str:
+    """One server-sent event (JSON escapes every non-ASCII character, lone surrogates included)."""
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def quantised(weights: torch.Tensor) -> list:
+    """Attention weights (float, any shape) → nested lists of integers in units of 1/SCALE."""
+    return torch.round(weights * SCALE).int().tolist()
+
+
+class Poem:
+    """One page's poem: the engine's steps (`poem_steps` with attention) as the page's events.
+    raises as `poem_steps` when made, before the first step."""
+
+    def __init__(self, engine: Engine, opts: SamplingOptions, received: float):
+        self.engine, self.tok, self.received = engine, engine.tokenizer, received
+        start, self.steps = poem_steps(engine, opts, attention=True)
+        self.seq: list[int] = start[0].tolist()
+        self.text = StreamDecoder(self.tok)
+        self.first: float | None = None  # when the first character was sent, perf_counter seconds
+        self.last, self.chars = 0.0, 0
+
+    def chunk(self, ids: list[int]) -> dict:
+        """Given tokens (a prompt, not drawn) appended: their labels, texts, and the rows of the
+        positions no step computes (the chunk's, less its last, and the one before it)."""
+        first = max(0, len(self.seq) - 1)
+        self.seq += ids
+        block = self.engine.model.cfg.block_size
+        window = torch.tensor([self.seq[-block:]], device=self.engine.device)  # (1, T)
+        start = len(self.seq) - window.size(1)
+        maps = torch.stack(self.engine.model.attention_maps(window))[:, 0]  # (n_layer, n_head, T, T)
+        rows = [{"pos": p, "start": start, "w": quantised(maps[:, :, p - start, : p - start + 1])}
+                for p in range(max(first, start), len(self.seq) - 1)]
+        return {"tokens": [self.tok.label(i) for i in ids], "texts": [self.text.feed([i]) for i in ids], "rows": rows}
+
+    def start_event(self) -> str:
+        seq, self.seq = self.seq, []
+        return event("start", self.chunk(seq))
+
+    def allowed(self, mask: torch.Tensor) -> dict:
+        """A step's mask, (V,) bool → {count, of, and `allowed` or `blocked`: labels, the shorter
+        list, at most SHOWN of them (`more`: how many were left out)}."""
+        count, label = int(mask.sum()), self.tok.label
+        kind, ids = ("allowed", mask) if count <= mask.numel() - count else ("blocked", ~mask)
+        listed = ids.nonzero()[:, 0].tolist()
+        return {"count": count, "of": mask.numel(), kind: [label(i) for i in listed[:SHOWN]],
+                "more": max(0, len(listed) - SHOWN)}
+
+    def step_event(self, step: Step) -> str:
+        i, n = int(step.ids[0, 0]), len(self.seq)
+        rows = torch.stack(step.attention)[:, 0]  # (n_layer, n_head, L): the row of position n - 1
+        self.seq.append(i)
+        text = self.text.feed([i])
+        if text:
+            self.last = time.perf_counter()
+            self.first = self.first or self.last
+            self.chars += len(text)
+        return event("step", {"pos": n, "label": self.tok.label(i), "text": text, "prob": round(float(step.prob[0]), 6),
+                              "row": {"start": n - rows.size(-1), "w": quantised(rows)},
+                              "allowed": None if step.allowed is None else self.allowed(step.allowed[0])})
+
+    def next_event(self) -> str | None:
+        """The next event, None after `done` or `error` (a user error while drawing, e.g. a step where the
+        masks allow nothing, becomes an `error` event)."""
+        if self.steps is None:
+            return None
+        try:
+            item = next(self.steps, None)
+        except USER_ERRORS as err:
+            self.steps = None
+            return event("error", {"message": f"error: {err}"})
+        if isinstance(item, Step):
+            return self.step_event(item)
+        if item is not None:  # a prompt after the drawn plan
+            return event("given", {"pos": len(self.seq), **self.chunk(item[0].tolist())})
+        self.steps = None
+        first_ms = None if self.first is None else 1000 * (self.first - self.received)
+        rate = (self.chars - 1) / (self.last - self.first) if self.chars > 1 and self.last > self.first else None
+        return event("done", {"poem": self.tok.decode(self.seq), "first_ms": first_ms,
+                              "chars": self.chars, "chars_per_s": rate})
+
+
+def error_response(message: str) -> Response:
+    return Response(json.dumps({"error": message}), 400, media_type="application/json")
+
+
+def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device: str = "auto",
+               backend: str | None = None) -> Starlette:
+    """The studio's app (module docstring). ckpt_path: the default checkpoint (None: the newest
+    `checkpoint_dir/*/last.ckpt` when a poem is asked for); device, backend: as `sample.py`'s.
+    Nothing is loaded here: `app.state.engine_for(None)` loads the default ahead of the first poem."""
+    style, script = assets()
+    page = importlib.resources.files(__package__).joinpath("studio.html").read_text(encoding="utf-8")
+    page = page.replace("/* attention view style */", style).replace("/* attention view script */", script)
+
+    @lru_cache(maxsize=4)
+    def load(path: str, mtime_ns: int) -> Engine:  # mtime: a rewritten checkpoint is read again
+        return sampling_engine(path, device, backend)[0]
+
+    def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
+        path = Path(ckpt) if ckpt else Path(ckpt_path) if ckpt_path else latest_checkpoint(Path(checkpoint_dir))
+        return load(str(path), path.stat().st_mtime_ns if path.is_file() else 0), path
+
+    async def index(request: Request) -> HTMLResponse:
+        return HTMLResponse(page)
+
+    async def options(request: Request) -> Response:
+        defaults = SamplingOptions()
+        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": list(FORMS),
+                "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
+        try:
+            engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))
+        except USER_ERRORS as err:
+            return Response(json.dumps({**info, "error": f"error: {err}"}), media_type="application/json")
+        cfg = engine.model.cfg
+        info["model"] = {"ckpt_path": str(path), "plan": plan_ids(engine.tokenizer) is not None,
+                         "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
+                         "vocab_size": cfg.vocab_size}
+        return Response(json.dumps(info), media_type="application/json")
+
+    async def generate(request: Request) -> Response:
+        received = time.perf_counter()
+        try:
+            try:
+                body = json.loads(await request.body())
+            except ValueError as err:  # not JSON, or not UTF-8
+                raise ValueError(f"the request is not JSON in UTF-8: {err}") from None
+            opts, ckpt = read_options(body)
+            poem = await anyio.to_thread.run_sync(lambda: Poem(engine_for(ckpt)[0], opts, received))
+        except USER_ERRORS as err:
+            return error_response(f"error: {err}")
+        return StreamingResponse(stream(poem), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    async def stream(poem: Poem):
+        app.state.generating += 1
+        try:
+            yield poem.start_event()
+            while (item := await anyio.to_thread.run_sync(poem.next_event)) is not None:
+                yield item
+        finally:
+            app.state.generating -= 1
+
+    async def status(request: Request) -> Response:
+        return Response(json.dumps({"generating": app.state.generating}), media_type="application/json")
+
+    async def no_icon(request: Request) -> Response:  # what a browser asks for first: nothing
+        return Response(status_code=204)
+
+    app = Starlette(routes=[Route("/", index), Route("/options", options), Route("/generate", generate, methods=["POST"]),
+                            Route("/status", status), Route("/favicon.ico", no_icon)])
+    app.state.generating = 0
+    app.state.engine_for = engine_for
+    return app
+
+
+@contextlib.contextmanager
+def background(app: Starlette):
+    """The app on a uvicorn server in a thread, on a free port of 127.0.0.1, while the block runs:
+    yields its address (for tests and benchmarks/studio.py)."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,154 @@
+"""The studio in headless Chromium (`python -m pytest -m browser`; .ci/run installs Chromium, a
+CJK font and Playwright): a real uvicorn server in a thread, the page driven as a user would.
+
+STUDIO_SCREENSHOTS=docs python -m pytest -m browser tests/test_studio_browser.py rewrites the
+README's two screenshots (docs/studio-poem.png, docs/studio-step.png); otherwise they go to a
+temporary folder.
+"""
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data.verse.poetry import LINE_END
+from model.engine import Engine
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.studio.server import background, create_app
+from sample import as_lines
+from tests.test_attention_view_browser import browser, sharp_checkpoint, shown_strips  # noqa: F401 (a fixture)
+from tests.test_studio import sample_error
+
+pytestmark = pytest.mark.browser
+REFUSED = "Failed to load resource: the server responded with a status of 400"
+"""What Chromium logs for bad input (/generate answers 400 with the message the page shows)."""
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory):
+    """(the studio's address, its checkpoint): a tiny untrained model with sharp attention maps."""
+    ckpt = sharp_checkpoint(tmp_path_factory.mktemp("studio") / "checkpoints" / "run" / "last.ckpt")
+    with background(create_app(ckpt.parents[1])) as url:
+        yield url, ckpt
+
+
+@pytest.fixture
+def page(browser, studio):  # noqa: F811 (browser: the fixture imported above)
+    """The studio open in a fresh context; yields (page, the URLs it requested, its errors)."""
+    url, _ = studio
+    context = browser.new_context(viewport={"width": 1000, "height": 720})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+    page = context.new_page()
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" and not m.text.startswith(REFUSED) else None)
+    page.goto(url)
+    page.wait_for_function("window.studio && window.studio.ready")
+    yield page, requests, errors
+    context.close()
+
+
+def write(page, **options) -> dict:
+    """Fill the form, press write, wait for the poem; returns the page's record of it
+    (`window.studio.runs`: poem, timings in ms)."""
+    for name, value in options.items():
+        field = page.locator(f'#options [name="{name}"]')
+        if isinstance(value, bool):
+            field.set_checked(value)
+        elif name in ("form", "control"):
+            field.select_option(value)
+        else:
+            field.fill(str(value))
+    page.click("#write")
+    page.wait_for_selector('#stats[data-state="done"], #stats[data-state="error"]')
+    return page.evaluate("window.studio.runs[window.studio.runs.length - 1]")
+
+
+def characters(page) -> list[tuple[int, str]]:
+    """(position, character) of every drawn character of the poem, marks left out."""
+    shown = page.eval_on_selector_all("#poem .ch.drawn", "cs => cs.map(c => [+c.dataset.pos, c.textContent])")
+    return [(pos, c) for pos, c in shown if c not in LINE_END]
+
+
+def screenshot(page, tmp_path, name):
+    folder = Path(os.environ.get("STUDIO_SCREENSHOTS", tmp_path))
+    page.screenshot(path=str(folder / name), full_page=True)
+    assert (folder / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_rhymed_wujue_streams_and_its_10th_character_shows_a_full_forward_passs_weights(page, studio, tmp_path):
+    page, requests, errors = page
+    url, ckpt = studio
+    run = write(page, form="wujue", rhyme=True)
+    poem = run["poem"]
+    assert poem == sample_poems(Engine.load(ckpt), SamplingOptions(form="wujue", rhyme=True))[0]  # the defaults' seed
+    assert [len(line) for line in poem.replace("。", "，").split("，")] == [5, 5, 5, 5, 0]
+    assert run["first"] - run["sent"] < 1000 and run["server_first_ms"] < 1000 and run["chars"] == 24
+    pos, character = characters(page)[9]  # the 10th character, the 4th of line 2
+    page.click(f'#poem .ch[data-pos="{pos}"]')
+    ids = Engine.load(ckpt).tokenizer.encode(poem, bos=True)
+    assert ids[pos] == Engine.load(ckpt).tokenizer.encode(character)[0]
+    naive = Engine.load(ckpt, attention="naive").model
+    with torch.no_grad():  # a full forward pass of the naive backend over the prefix the step saw
+        full = torch.stack(naive.attention_maps(torch.tensor([ids[:pos]])))[:, 0].double().numpy()  # (L, H, pos, pos)
+    assert page.eval_on_selector_all(".mv .tok", "ts => ts.map(t => t.textContent)") == ["<bos>", *poem[:pos]]
+    strips = shown_strips(page)
+    assert len(strips) == full.shape[0] * full.shape[1] and np.abs(full[0, 0] - full[0, 1]).max() > 0.1
+    for s in strips:  # the row of position pos - 1, which drew the character; the character's own is the next step's
+        assert s["query"] == pos - 1 and s["weights"][pos:] == [None]
+        np.testing.assert_allclose(s["weights"][:pos], full[s["layer"], s["head"], pos - 1], rtol=0, atol=1e-4)
+    page.click('.mv .tok[data-pos="3"]')  # an earlier step's row in the same view
+    for s in shown_strips(page):
+        np.testing.assert_allclose(s["weights"][:4], full[s["layer"], s["head"], 3, :4], rtol=0, atol=1e-4)
+    info = page.inner_text("#step-info")
+    assert info.startswith(f"「{character}」 drawn at position {pos} with probability ")
+    assert page.inner_text("#allowed").startswith("the masks allowed ")
+    page.click(f'#poem .ch[data-pos="{pos}"]')
+    screenshot(page, tmp_path, "studio-poem.png")
+    assert [u for u in requests if not u.startswith(url)] == [] and errors == []
+
+
+def test_one_head_and_what_the_masks_allowed_at_the_rhyme(page, tmp_path):
+    page, _, errors = page
+    run = write(page, form="wujue", rhyme=True, seed=7)
+    pos, character = characters(page)[19]  # the last character: the 2nd rhyme
+    page.click(f'#poem .ch[data-pos="{pos}"]')
+    allowed = page.inner_text("#allowed")
+    assert allowed.startswith("the masks allowed ") and " tokens here: " in allowed
+    listed = allowed.split(" tokens here: ")[1].split()
+    assert character in listed and run["poem"][10] not in listed  # the group's characters, less the 1st rhyme
+    page.click("text=one head")
+    assert page.eval_on_selector_all(".maps canvas", "cs => cs.length") == 1
+    screenshot(page, tmp_path, "studio-step.png")
+    page.click("text=all heads")
+    assert errors == []
+
+
+def test_regenerate_a_line_then_copy_the_poem(page, studio):
+    page, _, errors = page
+    _, ckpt = studio
+    first = write(page, form="wujue", seed=11)["poem"]
+    page.locator("#poem .line .regen").nth(2).click()  # line 3: keep lines 1 and 2
+    page.wait_for_function("window.studio.runs.length === 2 && window.studio.runs[1].done !== undefined")
+    again = page.evaluate("window.studio.runs[1].poem")
+    kept = first[:12]
+    assert again.startswith(kept) and page.input_value('[name="prompt"]') == kept
+    assert page.input_value('[name="seed"]') == "12"
+    assert again == sample_poems(Engine.load(ckpt), SamplingOptions(prompt=kept, form="wujue", seed=12))[0]
+    page.click("#copy")
+    page.wait_for_function("document.querySelector('#stats').textContent === 'copied the poem'")
+    assert page.evaluate("navigator.clipboard.readText()") == as_lines(again)
+    assert errors == []
+
+
+@pytest.mark.parametrize("options", [{"prompt": "床前明月光abc"}, {"form": "wulv", "acrostic": "床前明月"}])
+def test_bad_input_shows_sample_pys_message_and_the_next_poem_comes(page, studio, options):
+    page, _, errors = page
+    _, ckpt = studio
+    run = write(page, **options)
+    assert "poem" not in run and page.inner_text("#message") == sample_error(ckpt, **options)
+    run = write(page, prompt="床前明月光", form="wujue", acrostic="")
+    assert run["poem"].startswith("床前明月光，") and page.inner_text("#message") == ""
+    assert errors == []
