@@ -201,3 +201,12 @@ def test_phon_output_adds_the_phonology_to_the_output_vectors_and_stays_a_distri
         torch.testing.assert_close(m.lm_head.head(x), x @ torch.cat([w[:20] + phon[:20], w[20:]]).T)
     with pytest.raises(ValueError, match="need phonology"):
         GPT(GPTConfig(vocab_size=V, phon_output=True))
+
+
+def test_a_checkpoint_from_before_the_features_cannot_resume_with_them(tmp_path):
+    from model.training.checkpoints import check_same_shape
+
+    old = {"hyper_parameters": {"model": {"n_layer": 4, "n_embd": 96}}}  # no phonology field: trained without
+    check_same_shape(old, {"n_layer": 4, "phonology": False}, tmp_path)
+    with pytest.raises(ValueError, match="model.phonology: checkpoint False, asked True"):
+        check_same_shape(old, {"n_layer": 4, "phonology": True}, tmp_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from data.tokenizer import SPECIALS
 from model.checkpoint import read_checkpoint
 from model.engine import latest_checkpoint
+from model.gpt import GPTConfig
 
 FREE_ON_RESUME = ("dropout", "attention")
 """GPTConfig fields a resumed run may change; every other one shapes the network."""
@@ -82,8 +84,10 @@ def load_checkpoint(path: Path) -> dict:
 def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
     """raises ValueError `model.n_layer: checkpoint 4, asked 2 ...` for the first GPTConfig
     field (n_layer, n_embd, head, ...) whose value in `model` differs from checkpoint `ckpt`'s;
-    dropout and the attention backend may change on resume."""
-    saved = ckpt["hyper_parameters"]["model"]
+    dropout and the attention backend may change on resume. A field the checkpoint predates
+    (e.g. `phonology`) counts as GPTConfig's default, which it was trained with."""
+    defaults = {f.name: f.default for f in fields(GPTConfig)}
+    saved = {**{k: v for k, v in defaults.items() if k not in ("head_cutoffs",)}, **ckpt["hyper_parameters"]["model"]}
     for key in model:
         if key in saved and key not in FREE_ON_RESUME and saved[key] != model[key]:
             raise ValueError(f"model.{key}: checkpoint {saved[key]}, asked {model[key]} "
