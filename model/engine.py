@@ -156,8 +156,7 @@ class Engine:
         block = self.model.cfg.block_size
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
         cache = self.model.new_cache(attention, idx[:, :-block]) if use_cache or attention else None
-        logits = self.model(idx[:, -block:], cache=cache,  # (B, ≤block, vocab_size): the prompt at once
-                            history=None if cache else idx[:, :-block])
+        logits = self._forward(idx[:, -block:], cache, idx[:, :-block])  # (B, ≤block, vocab_size): the prompt at once
         for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
             if not torch.isfinite(logits).all():
@@ -178,12 +177,19 @@ class Engine:
                 return
             if not use_cache:  # a fresh cache only to keep the attention rows; else none
                 cache = self.model.new_cache(True, idx[:, :-block]) if attention else None
-                logits = self.model(idx[:, -block:], cache=cache, history=None if cache else idx[:, :-block])
+                logits = self._forward(idx[:, -block:], cache, idx[:, :-block])
             elif cache[0].length < block:
                 logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size)
             else:  # cache full: start again from the recent half, the rest its history
                 cache = self.model.new_cache(attention, idx[:, :-(block // 2)])
                 logits = self.model(idx[:, -(block // 2):], cache=cache)
+
+    def _forward(self, idx: torch.Tensor, cache, history: torch.Tensor) -> torch.Tensor:
+        """The model on a window idx (B, T): with a cache (which holds its own history), or with
+        the tokens before the window as `history` when there are any."""
+        if cache is not None or history.size(1) == 0:
+            return self.model(idx, cache=cache)
+        return self.model(idx, history=history)
 
     def stream(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
                use_cache: bool = True, processors: Sequence[LogitsProcessor] = ()) -> Iterator[torch.Tensor]:

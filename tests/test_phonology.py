@@ -149,7 +149,7 @@ def test_the_rhyme_loss_scores_line_final_targets_only():
     torch.testing.assert_close(m._rhyme_loss(x, y), expected)
     ce = torch.nn.functional.cross_entropy(m(idx).view(-1, V), y.view(-1))
     torch.testing.assert_close(m.loss(idx, y), ce + expected)  # the language-model loss plus the rhyme term
-    with pytest.raises(ValueError, match="needs phonology"):
+    with pytest.raises(ValueError, match="need phonology"):
         GPT(GPTConfig(vocab_size=V, rhyme_loss_weight=0.5))
 
 
