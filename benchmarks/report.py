@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from data.verse.plan import poem_rhyme_groups
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = {"results": ROOT / "docs" / "results.md", "readme": ROOT / "README.md", "studio": ROOT / "docs" / "studio.md"}
@@ -276,7 +278,20 @@ def evaluation(res: dict) -> str:
         f"{minutes(sum(e['seconds'].values()))} in all. Columns: [evaluation](evaluation.md#the-figures).",
         machine_line("evaluate-default-cpu", e.get("machine", f"device {e['device']}")),
         table(["", *cols], [[name, *(cell(c, r.get(c)) for c in cols)] for name, r in rows.items()]),
+        *free_samples(e),
     ])
+
+
+def free_samples(e: dict, k: int = 5) -> list[str]:
+    """The first k free poems of the evaluation, verbatim, each with the 平水韵 group its even
+    lines share (`poem_rhyme_groups`) or "no rhyme"."""
+    poems = e.get("poems", {}).get("free", [])[:k]
+    if not poems:
+        return []
+    script = e.get("settings", {}).get("script", "simplified")
+    lines = [f"{i}. {p} — {'/'.join(sorted(g)) if (g := poem_rhyme_groups(p, script)) else 'no rhyme'}"
+             for i, p in enumerate(poems, 1)]
+    return [f"The first {len(poems)} free poems, verbatim, with the group their even lines rhyme in:", "\n".join(lines)]
 
 
 def attention_maps(res: dict) -> str:

@@ -95,3 +95,13 @@ def test_the_studio_pages_figures_come_from_its_json(results):
     edit(results, "studio-cpu", lambda d: d.update(cold_first_ms=987.0))
     assert set(report.stale(results)) == {report.PAGES["results"], report.PAGES["studio"]}
     assert "the first poem after start, a 七律 with meter: 987 ms" in report.expected(results)[report.PAGES["studio"]]
+
+
+def test_free_samples_are_marked_with_their_rhyme_group_or_no_rhyme():
+    e = {"poems": {"free": ["床前明月光，疑是地上霜。举头望明月，低头思故乡。",
+                            "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
+                            "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。"]}}
+    _, lines = report.free_samples(e)
+    assert lines.splitlines() == ["1. 床前明月光，疑是地上霜。举头望明月，低头思故乡。 — 下平聲七陽",
+                                  "2. 白日依山尽，黄河入海流。欲穷千里目，更上一层楼。 — 下平聲十一尤",
+                                  "3. 千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。 — no rhyme"]
