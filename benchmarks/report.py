@@ -366,10 +366,23 @@ def readme_blocks(res: dict) -> dict[str, str]:
         "train": (f"{n(d['steps'])} steps, about {round(d['wall_seconds'] / 60)} minutes on {ft['machine']}, ending "
                   f"at `val/bpc` ≈ {n(d['poems']['val_bpc'], 1)} (bits per held-out character; "
                   "[results](docs/results.md#the-default-run))."),
+        "sample": readme_sample(res.get("evaluate-default-cpu", {})),
         "headline": "\n\n".join([table(FIXED_TIME_HEADER, fixed_time_rows(ft["runs"])),
                                  f"{ft['machine']}; `python benchmarks/fixed_time.py`, "
                                  "[more results](docs/results.md)."]),
     }
+
+
+def readme_sample(e: dict) -> str:
+    """The evaluation's first free poem of a regular form, a couplet per line, with its rhyme group."""
+    for poem in e.get("poems", {}).get("free", []):
+        couplets = [c + "。" for c in poem.split("。") if c]
+        if len(couplets) in (2, 4) and "".join(couplets) == poem:
+            groups = poem_rhyme_groups(poem, e.get("settings", {}).get("script", "simplified"))
+            return "```\n" + "\n".join(couplets) + "\n```\n\n" + (
+                f"(even lines in {'/'.join(sorted(groups))}; [more](docs/results.md#the-default-runs-poems))"
+                if groups else "(no rhyme; [more](docs/results.md#the-default-runs-poems))")
+    return "(pending: `benchmarks/results/evaluate-default-cpu.json`)"
 
 
 def studio_blocks(res: dict) -> dict[str, str]:
