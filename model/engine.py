@@ -62,10 +62,13 @@ def latest_checkpoint(checkpoint_dir: Path) -> Path:
 
 def read_trained(ckpt_path: str | Path) -> dict:
     """A trained model's checkpoint file as Lightning wrote it (`hyper_parameters`, `state_dict`,
-    ...), read as data only (`model.checkpoint.read_checkpoint`: nothing in it runs).
+    ...), read as data only (`model.checkpoint.read_checkpoint`: nothing in it runs); a run
+    folder means its `last.ckpt`, as in train.py's `ckpt_path`.
     raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError or
     ValueError as `read_checkpoint`."""
     path = Path(ckpt_path)
+    if path.is_dir():
+        path = path / "last.ckpt"
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
                                 "or pass ckpt_path=checkpoints/<run>/last.ckpt")

@@ -78,3 +78,10 @@ def test_the_checkpoints_the_project_writes_are_plain_data(tmp_path):
     path = write_checkpoint(tmp_path / "last.ckpt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(path) == []
     assert load_for_inference(path).gpt.cfg.n_layer == 2
+
+
+def test_a_run_folder_means_its_last_ckpt_for_every_inference_loader(tmp_path):
+    path = write_checkpoint(tmp_path / "run" / "last.ckpt")
+    assert load_for_inference(path.parent).gpt.cfg.n_layer == 2
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*empty/last.ckpt not found"):
+        load_for_inference((tmp_path / "empty").mkdir() or tmp_path / "empty")
