@@ -23,11 +23,9 @@ import rootutils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.machine import describe
 from data.corpus_io import heldout_poems
-from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.engine import Engine, latest_checkpoint
+from model.device import describe
 from model.gpt import GPT
 from model.inspection.attention_stats import (
     STATISTICS,
@@ -39,6 +37,7 @@ from model.inspection.attention_stats import (
 )
 from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.plots import attention_grid
+from model.loading import build_gpt, load_engine, model_fields
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -103,16 +102,14 @@ def attention_report(cfg: DictConfig) -> dict:
     raises FileNotFoundError (no checkpoint, no corpus), UnknownCharactersError (text
     outside the vocabulary), ValueError (text longer than block_size − 1), BackendUnavailableError.
     """
-    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    engine = Engine.load(ckpt, "cpu", cfg.backend)
-    gpt, block_size = engine.model, engine.model.cfg.block_size
-    check_backend(gpt.cfg.attention, "cpu", torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, "cpu", cfg.backend)
+    gpt, block_size, ckpt = engine.model, engine.model.cfg.block_size, engine.path
     idx, tokens = engine.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
     poems = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.heldout.n_poems, cfg.heldout.forms,
                           block_size - 1)
     encoded = [engine.encode_line(poem, "held-out poem") for poem in poems]
     torch.manual_seed(cfg.init_seed)
-    init_gpt = GPT(gpt.cfg).eval()  # the weights training started from (same seed, same shape)
+    init_gpt = build_gpt(model_fields(gpt.cfg), engine.tokenizer, engine.script).eval()  # as training started
 
     sequences = [idx, *(ids for ids, _ in encoded)]
     learned, init = batch_maps(gpt, sequences), batch_maps(init_gpt, sequences)

@@ -22,13 +22,10 @@ from pathlib import Path
 
 import hydra
 import rootutils
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.machine import describe
-from model.attention import check_backend
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.engine import latest_checkpoint
+from model.device import describe
 from model.inspection.evaluation import (
     is_char_model,
     is_plan_model,
@@ -36,9 +33,9 @@ from model.inspection.evaluation import (
     sample_requests,
 )
 from model.inspection.poem_metrics import format_table
+from model.loading import load_engine
 from model.sampling.decoding import check_sampling_args
 from model.sampling.poems import SamplingOptions
-from model.training.lit import load_for_inference
 from model.training.validation import validation_metrics
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -67,14 +64,8 @@ def evaluate(cfg: DictConfig) -> dict:
     if opts.num_samples < 1 or cfg.reference < 0:
         raise ValueError(f"num_samples must be ≥ 1 and reference ≥ 0, got {opts.num_samples} and {cfg.reference}")
     sample_requests(cfg.sets, cfg.forms)  # raises for unknown sets or forms
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={cfg.device} but this machine has no CUDA GPU; use device=cpu or device=auto")
-    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    lit = load_for_inference(ckpt, device, cfg.backend)  # the LightningModule: validation; it holds the engine
-    engine = lit.engine
-    gpt, script = engine.model, engine.script
-    check_backend(gpt.cfg.attention, torch.device(device).type, torch.float32, 0.0, gpt.cfg.n_embd // gpt.cfg.n_head)
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend)
+    gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
     requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
 
     samples, plans, rows, seconds = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference)
@@ -85,7 +76,7 @@ def evaluate(cfg: DictConfig) -> dict:
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
                                              tokenizer=tokenizer, plan_tokens=is_plan_model(engine))
-        val = validation_metrics(lit, datamodule, "gpu" if torch.device(device).type == "cuda" else "cpu")
+        val = validation_metrics(engine, datamodule)
         seconds["validation"] = time.perf_counter() - start
 
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import hydra
 import rootutils
@@ -20,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.poetry import LINE_END
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.engine import latest_checkpoint
-from model.sampling.poems import SamplingOptions, read_plans, sampling_engine, stream_poems
+from model.loading import load_engine
+from model.sampling.poems import SamplingOptions, read_plans, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -46,8 +45,7 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     fitting the form), BackendUnavailableError — all before any generation.
     """
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
-    ckpt = Path(cfg.ckpt_path) if cfg.ckpt_path else latest_checkpoint(Path(cfg.paths.checkpoint_dir))
-    engine, device = sampling_engine(ckpt, cfg.device, cfg.backend)
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend)
     tok = engine.tokenizer
     start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1
@@ -62,7 +60,7 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     rows = torch.cat(tokens, dim=1)  # (B, T)
     poems = [tok.decode(row.tolist()) for row in rows]
     plans = read_plans(tok, rows)
-    settings = {**OmegaConf.to_container(cfg, resolve=True), "ckpt_path": str(ckpt), "device": device}
+    settings = {**OmegaConf.to_container(cfg, resolve=True), "ckpt_path": str(engine.path), "device": str(engine.device)}
     settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS, "device", "backend")}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":

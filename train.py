@@ -21,14 +21,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig, head_for_vocabulary
+from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.loading import find_checkpoint, head_for_vocabulary
 from model.training.checkpoints import (
     AtomicCheckpointIO,
     check_same_shape,
     check_same_vocabulary,
     check_same_workers,
     load_checkpoint,
-    resolve_ckpt_path,
 )
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted
 from model.training.lit import LitGPT
@@ -61,14 +61,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "attention": cfg.attention.backend}
+    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
     on_cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
     if str(cfg.trainer.precision) == "auto" and on_cpu:  # bf16 autocast only where it is measured faster
         cfg.trainer.precision = choose_cpu_precision(lambda: GPT(GPTConfig(vocab_size=PROBE_VOCAB, **model_cfg)),
                                                      cfg.data.batch_size, cfg.model.block_size, PROBE_VOCAB, log.info)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
-    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
+    ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         saved = load_checkpoint(ckpt_path)
         check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)

@@ -42,16 +42,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from benchmarks.machine import describe as machine  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
-from model.checkpoint import read_checkpoint  # noqa: E402
+from model.device import describe as machine  # noqa: E402
+from model.engine import Engine  # noqa: E402
 from model.gpt import MODEL_FIELDS  # noqa: E402
-from model.training.lit import LitGPT, load_for_inference  # noqa: E402
+from model.loading import load_engine, read_checkpoint  # noqa: E402
+from model.training.lit import LitGPT  # noqa: E402
+from model.training.validation import validation_metrics  # noqa: E402
 
 CORPUS, CACHE = ROOT / "data" / "corpus" / "tang.jsonl.xz", ROOT / "data" / "cache"
 NANOGPT = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "lr": 1e-3,
@@ -71,17 +72,15 @@ def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bo
     return dm
 
 
-def score(lit: LitGPT, protocols=PROTOCOLS) -> dict:
+def score(engine: Engine, protocols=PROTOCOLS) -> dict:
     """`val/loss` and `val/bpc` (and `val/bpc_text` for a model with plan tokens) of a model on each
-    held-out protocol, through `LitGPT`'s own validation, on data framed as it was trained:
-    `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows."""
+    held-out protocol, through `LitGPT`'s own validation (`validation_metrics`), on data framed as
+    it was trained: `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows."""
     out = {}
     for protocol in protocols:
-        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                            enable_model_summary=False, enable_checkpointing=False)
-        block = lit.gpt.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's windows
-        dm = datamodule(protocol, block, plan_tokens=bool(lit.tokenizer.plan))
-        (metrics,) = trainer.validate(lit, datamodule=dm, verbose=False)
+        block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's
+        dm = datamodule(protocol, block, plan_tokens=bool(engine.tokenizer.plan))
+        metrics = validation_metrics(engine, dm)
         out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
     return out
 
@@ -100,7 +99,7 @@ def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None
     data = dm.tokens("train")
     torch.manual_seed(seed)
     cfg = {k: c[k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
-    lit = LitGPT(model={**cfg, "dropout": 0.0, "bias": False, "attention": "sdpa"}, optim={},
+    lit = LitGPT(model={**cfg, "dropout": 0.0, "bias": False, "backend": "sdpa"}, optim={},
                  tokenizer=dm.tokenizer.state_dict())
     gpt = lit.gpt
     groups = [{"params": [p for p in gpt.parameters() if p.dim() >= 2], "weight_decay": c["weight_decay"]},
@@ -142,7 +141,7 @@ def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None
     train_seconds = time.perf_counter() - start
     gpt.eval()
     return {"iterations": it, "train_seconds": round(train_seconds, 1),
-            "tokens_per_sec": round(it * B * T / train_seconds), **score(lit)}
+            "tokens_per_sec": round(it * B * T / train_seconds), **score(lit.engine)}
 
 
 def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
@@ -159,13 +158,13 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     wall = time.perf_counter() - start
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux; the largest child so far
     ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
-    lit = load_for_inference(ckpt)
+    engine = load_engine(ckpt)
     steps = read_checkpoint(ckpt)["global_step"]
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
             "peak_rss_mib": round(peak_mib),
-            "checkpoint": str(ckpt.relative_to(ROOT)), **score(lit)}
+            "checkpoint": str(ckpt.relative_to(ROOT)), **score(engine)}
 
 
 def default_config(*overrides: str):
@@ -202,9 +201,9 @@ def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
         dm.setup("fit")
         torch.manual_seed(cfg.seed)
         shape = OmegaConf.to_container(cfg.model, resolve=True)
-        lit = LitGPT({**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "attention": cfg.attention.backend},
+        lit = LitGPT({**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend},
                      shape["optim"], dm.tokenizer.state_dict())
-        lit.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
+        lit.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
         opt = build_optimizer(lit.gpt, shape["optim"])
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: lr_factor(s, shape["optim"]["warmup_steps"], shape["optim"]["min_lr_ratio"], s / steps))

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from benchmarks.machine import describe  # noqa: E402
+from model.device import describe  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import build_optimizer  # noqa: E402
 
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     cfg, optim = model_config(args.model)
     if args.device != "cuda":
-        cfg.attention = "sdpa"
+        cfg.backend = "sdpa"
     torch.manual_seed(0)
     gpt = GPT(cfg).to(args.device).train()
     opt = build_optimizer(gpt, optim)

@@ -26,9 +26,9 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import describe  # noqa: E402
 from data.tokenizer import CharTokenizer  # noqa: E402
 from data.verse.poetry import LINE_END  # noqa: E402
+from model.device import describe  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402

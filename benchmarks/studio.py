@@ -27,8 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.machine import describe  # noqa: E402
-from model.engine import latest_checkpoint, read_trained  # noqa: E402
+from model.device import describe  # noqa: E402
+from model.loading import find_checkpoint, read_checkpoint  # noqa: E402
 from model.studio.server import background, create_app  # noqa: E402
 
 CASES = {  # name → options
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "studio-cpu.json")
     args = ap.parse_args()
 
-    ckpt = args.ckpt or latest_checkpoint(ROOT / "checkpoints")
+    ckpt = find_checkpoint(args.ckpt, ROOT / "checkpoints")
     app = create_app(ROOT / "checkpoints", str(ckpt), device="cpu")
     engine, _ = app.state.engine_for(None)  # loaded before the first poem, as studio.py does
     cfg = engine.model.cfg
@@ -91,7 +91,7 @@ def main() -> None:
                                                                           ROOT / "studio.py", template)}
     meta = {"device": "cpu", "machine": describe("cpu"), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "ckpt": str(ckpt.resolve().relative_to(ROOT)) if ckpt.resolve().is_relative_to(ROOT) else str(ckpt),
-            "ckpt_step": read_trained(ckpt).get("global_step"),
+            "ckpt_step": read_checkpoint(ckpt).get("global_step"),
             "model": {k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")},
             "cold_first_ms": cold["first_ms"], "page_bytes": len(page.content), "template_bytes": template.stat().st_size,
             "lines": {str(p.relative_to(ROOT)): n for p, n in lines.items()}}

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from benchmarks.machine import describe  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.tokenizer import EncodingUnavailableError  # noqa: E402
-from model.checkpoint import read_checkpoint  # noqa: E402
+from model.device import describe  # noqa: E402
+from model.loading import read_checkpoint  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
 

@@ -26,6 +26,8 @@ TONES = ("none", "level", "oblique", "both")
 TOKEN_KINDS = ("other", "bos", "eos", "line_end")
 """`token_kinds` ids: 0 any other token, 1 `<bos>`, 2 `<eos>`, 3 a mark that ends a line
 (`data.verse.poetry.LINE_END`: ，。？！；)."""
+GROUPS = 31
+"""Group ids: 0 none, then the 30 level-tone groups (`group_ids`)."""
 READINGS = 4
 """Level-tone groups kept per character (the most any character of the table has: 4)."""
 PAD = -1

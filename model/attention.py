@@ -129,6 +129,34 @@ class KVCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
 
+class Cache:
+    """A GPT's KV cache for generation: one `KVCache` per layer (`layers`), and `ids` (B, N)
+    int64, every token fed so far: the text's history, which the structure inputs read.
+
+    It refills itself: when the tokens fed next (T of them) would pass block_size, its layers
+    start again from the text's last min(block_size, max(block_size // 2, T)) tokens, the rest
+    staying history. keep_weights: each layer keeps its last query's attention row."""
+    def __init__(self, n_layer: int, block_size: int, keep_weights: bool = False):
+        self.n_layer, self.block_size, self.keep_weights = n_layer, block_size, keep_weights
+        self.layers = [KVCache(block_size, keep_weights) for _ in range(n_layer)]
+        self.ids: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Positions the layers hold."""
+        return self.layers[0].length
+
+    def feed(self, idx: torch.Tensor) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+        """Take idx (B, T) int64 into the text → (the tokens to run (B, W), the position of their
+        first, the text before them (B, H) or None); W = T unless the cache refilled."""
+        before, self.ids = self.ids, idx if self.ids is None else torch.cat([self.ids, idx], dim=1)
+        if self.length + idx.size(1) <= self.block_size:
+            return idx, self.length, before
+        keep = min(self.block_size, max(self.block_size // 2, idx.size(1)))
+        self.layers = [KVCache(self.block_size, self.keep_weights) for _ in range(self.n_layer)]
+        return self.ids[:, -keep:], 0, self.ids[:, :-keep]
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding (RoFormer eq. 34, halves layout): x (B, n_head, T, d_k), cos and
     sin (T, d_k / 2) of position × frequency → x with coordinate pairs (i, i + d_k/2) rotated."""

@@ -6,7 +6,8 @@ the caller's choice (`draw`: `model.sampling.decoding.next_token` with its tempe
 top_p, or `greedy`), and so are the logits processors (constraints, penalties): the engine knows
 nothing of sampling. `steps` also returns, with each drawn token, what a viewer shows beside
 it: the model's probability of it, the tokens the processors allowed, and the attention row of
-every layer and head that predicted it. Loading a checkpoint needs no Lightning (`Engine.load`).
+every layer and head that predicted it. A checkpoint's engine comes from `model.loading.load_engine`,
+without Lightning.
 """
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points, tokenizer_from_state
+from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
 from data.verse.script import prompt_to_script, variants
-from model.checkpoint import read_checkpoint
-from model.gpt import GPT, GPTConfig, head_for_vocabulary
+from model.gpt import GPT
 
 LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(idx (B, T) int64 the whole sequence so far, logits (B, vocab_size) float) → logits (B, vocab_size)."""
@@ -40,7 +40,7 @@ class Step:
     ids: (B, 1) int64; tokens: each row's token as text (`Tokenizer.label`); prob: (B,) float,
     the model's probability of it (softmax of its logits, before processors and temperature);
     allowed: (B, V) bool, the tokens the processors left possible (logit not -inf), None without
-    processors; attention: n_layer tensors (B, n_head, L) float, the attention weights of the
+    processors; attention_rows: n_layer tensors (B, n_head, L) float, the attention weights of the
     position whose output predicted the token (the last one fed) over the L positions in context,
     each row summing to 1 (None unless asked for).
     """
@@ -48,58 +48,18 @@ class Step:
     tokens: list[str]
     prob: torch.Tensor
     allowed: torch.Tensor | None = None
-    attention: list[torch.Tensor] | None = None
-
-
-def latest_checkpoint(checkpoint_dir: Path) -> Path:
-    """The newest `last.ckpt` under checkpoint_dir. raises FileNotFoundError if there is none."""
-    found = sorted(checkpoint_dir.glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
-                                "or pass ckpt_path=...")
-    return found[-1]
-
-
-def read_trained(ckpt_path: str | Path) -> dict:
-    """A trained model's checkpoint file as Lightning wrote it (`hyper_parameters`, `state_dict`,
-    ...), read as data only (`model.checkpoint.read_checkpoint`: nothing in it runs); a run
-    folder means its `last.ckpt`, as in train.py's `ckpt_path`.
-    raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError or
-    ValueError as `read_checkpoint`."""
-    path = Path(ckpt_path)
-    if path.is_dir():
-        path = path / "last.ckpt"
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py` "
-                                "or pass ckpt_path=checkpoints/<run>/last.ckpt")
-    return read_checkpoint(path)
+    attention_rows: list[torch.Tensor] | None = None
 
 
 class Engine:
     """model: a GPT in eval mode; tokenizer: its vocabulary; script: the corpus script it was
-    trained on ('simplified' | 'traditional'). The engine holds no weights of its own: the
-    LightningModule holds one around the model it trains."""
+    trained on ('simplified' | 'traditional'); path: the checkpoint it was loaded from, if any.
+    The engine holds no weights of its own: the LightningModule holds one around the model it trains."""
 
-    def __init__(self, model: GPT, tokenizer: Tokenizer, script: str = "simplified"):
+    def __init__(self, model: GPT, tokenizer: Tokenizer, script: str = "simplified", path: Path | None = None):
         if model.cfg.vocab_size != tokenizer.vocab_size:
             raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
-        self.model, self.tokenizer, self.script = model, tokenizer, script
-
-    @classmethod
-    def load(cls, ckpt_path: str | Path, device: str | torch.device = "cpu", attention: str | None = None) -> Engine:
-        """The engine of a checkpoint file, its model in eval mode on `device`.
-
-        attention: override the backend the model was trained with (e.g. 'sdpa').
-        raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError if
-        the file holds more than tensors and plain containers (nothing in it runs).
-        """
-        ckpt = read_trained(ckpt_path)
-        hp = ckpt["hyper_parameters"]
-        tokenizer = tokenizer_from_state(hp["tokenizer"])
-        fields = {**hp["model"], **({"attention": attention} if attention is not None else {})}
-        model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **head_for_vocabulary(fields, tokenizer.vocab_size)))
-        model.load_state_dict({k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")})
-        return cls(model.to(device).eval(), tokenizer, hp.get("script", "simplified"))
+        self.model, self.tokenizer, self.script, self.path = model, tokenizer, script, path
 
     @property
     def device(self) -> torch.device:
@@ -143,23 +103,21 @@ class Engine:
     @torch.no_grad()
     def steps(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
               use_cache: bool = True, processors: Sequence[LogitsProcessor] = (),
-              attention: bool = False) -> Iterator[Step]:
+              attention_rows: bool = False) -> Iterator[Step]:
         """Yield a `Step` for the next token of every row, up to max_new_tokens times.
 
         idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
-        use_cache (default) each step feeds only the new token and reuses the keys and values
-        of the earlier ones (KV cache); when the cache is full it is re-filled with the last
-        block_size // 2 tokens (the earlier ones stay the cache's history, for the structure
-        features; `GPT.new_cache`). Without it every step recomputes the last block_size tokens.
+        use_cache (default) each step feeds only the new token to the model's KV cache (`GPT.new_cache`),
+        which reuses the keys and values of the earlier ones and refills itself when full.
+        Without it every step runs the whole text again in a fresh cache.
         Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) → draw.
         Stops once every row has produced eos_id; a row that ended gets eos_id.
-        attention: fill `Step.attention` (computed explicitly, whatever the backend).
+        attention_rows: fill `Step.attention_rows` (computed explicitly, whatever the backend).
         raises ValueError for non-finite logits from the model; `draw` raises for what it refuses.
         """
-        block = self.model.cfg.block_size
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = self.model.new_cache(attention, idx[:, :-block]) if use_cache or attention else None
-        logits = self._forward(idx[:, -block:], cache, idx[:, :-block])  # (B, ≤block, vocab_size): the prompt at once
+        cache = self.model.new_cache(attention_rows)
+        logits = self.model(idx, cache=cache)  # (B, ≤ block_size, vocab_size): the prompt at once
         for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
             if not torch.isfinite(logits).all():
@@ -175,24 +133,14 @@ class Engine:
             idx = torch.cat([idx, nxt], dim=1)
             yield Step(nxt, [self.tokenizer.label(i) for i in nxt[:, 0].tolist()], probs.gather(1, nxt)[:, 0],
                        ~torch.isneginf(logits) if processors else None,
-                       [c.weights.float() for c in cache] if attention else None)
+                       [layer.weights.float() for layer in cache.layers] if attention_rows else None)
             if (eos_id is not None and done.all()) or step == max_new_tokens - 1:
                 return
-            if not use_cache:  # a fresh cache only to keep the attention rows; else none
-                cache = self.model.new_cache(True, idx[:, :-block]) if attention else None
-                logits = self._forward(idx[:, -block:], cache, idx[:, :-block])
-            elif cache[0].length < block:
-                logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size)
-            else:  # cache full: start again from the recent half, the rest its history
-                cache = self.model.new_cache(attention, idx[:, :-(block // 2)])
-                logits = self.model(idx[:, -(block // 2):], cache=cache)
-
-    def _forward(self, idx: torch.Tensor, cache, history: torch.Tensor) -> torch.Tensor:
-        """The model on a window idx (B, T): with a cache (which holds its own history), or with
-        the tokens before the window as `history` when there are any."""
-        if cache is not None or history.size(1) == 0:
-            return self.model(idx, cache=cache)
-        return self.model(idx, history=history)
+            if use_cache:
+                logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size), or the refilled window's
+            else:
+                cache = self.model.new_cache(attention_rows)
+                logits = self.model(idx, cache=cache)
 
     def stream(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,
                use_cache: bool = True, processors: Sequence[LogitsProcessor] = ()) -> Iterator[torch.Tensor]:

@@ -31,12 +31,12 @@ def corpus(tmp_path):
     return path
 
 
-def write_checkpoint(path, n_layer=2, attention="sdpa", seed=1337):
+def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337):
     """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed)."""
     tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
     torch.manual_seed(seed)
     lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0, bias=False,
-                            attention=attention), optim={}, tokenizer=tok.state_dict())
+                            backend=backend), optim={}, tokenizer=tok.state_dict())
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
     return path
@@ -92,7 +92,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
 def test_every_backend_gives_the_same_numbers(tmp_path, corpus):
     heads = {}
     for backend in ("naive", "sdpa", "flash"):
-        ckpt = write_checkpoint(tmp_path / backend / "last.ckpt", n_layer=1, attention=backend, seed=0)
+        ckpt = write_checkpoint(tmp_path / backend / "last.ckpt", n_layer=1, backend=backend, seed=0)
         heads[backend] = attention_report(report_cfg(tmp_path, corpus, ckpt, "heldout.n_poems=1"))["heldout"]["heads"]
     for backend in ("sdpa", "flash"):
         for h, ref in zip(heads[backend], heads["naive"]):

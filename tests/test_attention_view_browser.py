@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from attention_maps import attention_report
-from model.gpt import GPT
 from model.inspection.attention_stats import random_head_maps, random_qk_maps
 from model.inspection.attention_view import page as empty_page
-from model.training.lit import load_for_inference
+from model.loading import build_gpt, load_engine, model_fields
 from tests.conftest import write_corpus
 from tests.html_views import embedded_data
 from tests.test_attention_maps import report_cfg, write_checkpoint
@@ -60,12 +59,12 @@ def exported(tmp_path_factory):
     ckpt = sharp_checkpoint(tmp / "checkpoints" / "run" / "last.ckpt")
     report = attention_report(report_cfg(tmp, write_corpus(tmp / "tang.jsonl.xz"), ckpt, f"text='{TEXT}'",
                                          "heldout.n_poems=2"))
-    lit = load_for_inference(ckpt)
-    idx, tokens = lit.engine.encode_line(TEXT)
+    engine = load_engine(ckpt)
+    idx, tokens = engine.encode_line(TEXT)
     torch.manual_seed(1337)  # conf/attention_maps.yaml's init_seed
-    init = GPT(lit.gpt.cfg).eval()
+    init = build_gpt(model_fields(engine.model.cfg), engine.tokenizer, engine.script).eval()
     with torch.no_grad():
-        trained, at_init = (torch.stack(m.attention_maps(idx), 1)[0] for m in (lit.gpt, init))  # (L, H, T, T)
+        trained, at_init = (torch.stack(m.attention_maps(idx), 1)[0] for m in (engine.model, init))  # (L, H, T, T)
     T = len(tokens)
     lesson = [m.expand(N_LAYER, -1, -1, -1) for m in (random_qk_maps(T, N_HEAD, 8, 0),
                                                       random_head_maps(T, N_HEAD, 16, 8, 0))]

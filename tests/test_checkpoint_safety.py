@@ -7,10 +7,8 @@ import pytest
 import torch
 
 import train as train_script
-from model.checkpoint import UnsafeCheckpointError, read_checkpoint
-from model.engine import Engine
+from model.loading import UnsafeCheckpointError, load_engine, read_checkpoint
 from model.training.checkpoints import AtomicCheckpointIO, load_checkpoint
-from model.training.lit import load_for_inference
 from tests.conftest import ROOT
 from tests.test_attention_maps import write_checkpoint
 
@@ -35,7 +33,7 @@ def planted(tmp_path):
     return path, marker
 
 
-LOADERS = {"read_checkpoint": read_checkpoint, "load_for_inference": load_for_inference, "Engine.load": Engine.load,
+LOADERS = {"read_checkpoint": read_checkpoint, "load_engine": load_engine,
            "train.py's resume check": load_checkpoint, "Lightning's resume": AtomicCheckpointIO().load_checkpoint}
 
 
@@ -77,11 +75,11 @@ def test_files_that_are_no_checkpoint_get_a_one_line_error(tmp_path):
 def test_the_checkpoints_the_project_writes_are_plain_data(tmp_path):
     path = write_checkpoint(tmp_path / "last.ckpt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(path) == []
-    assert load_for_inference(path).gpt.cfg.n_layer == 2
+    assert load_engine(path).model.cfg.n_layer == 2
 
 
 def test_a_run_folder_means_its_last_ckpt_for_every_inference_loader(tmp_path):
     path = write_checkpoint(tmp_path / "run" / "last.ckpt")
-    assert load_for_inference(path.parent).gpt.cfg.n_layer == 2
+    assert load_engine(path.parent).model.cfg.n_layer == 2
     with pytest.raises(FileNotFoundError, match=r"checkpoint .*empty/last.ckpt not found"):
-        load_for_inference((tmp_path / "empty").mkdir() or tmp_path / "empty")
+        load_engine((tmp_path / "empty").mkdir() or tmp_path / "empty")

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.gpt import GPT, GPTConfig, head_for_vocabulary
+from model.gpt import GPT, GPTConfig
+from model.loading import head_for_vocabulary
 from tests.conftest import generate
 
 
@@ -20,7 +21,7 @@ def test_forward_shapes_and_initial_loss():
     assert logits.shape == (3, 10, 50)
     assert abs(loss.item() - math.log(50)) < 0.1  # GPT-2 init: near-uniform predictions
     torch.testing.assert_close(loss, F.cross_entropy(logits.view(-1, 50), targets.view(-1)))
-    assert m.lm_head.weight is m.wte.weight
+    assert m.lm_head.tied.weight is m.wte.weight
     std = m.blocks[0].attn.c_proj.weight.std().item()
     assert abs(std - 0.02 / math.sqrt(4)) < 0.003
 
@@ -33,7 +34,7 @@ def test_too_long_input_is_refused():
 @pytest.mark.parametrize("backend", ["naive", "sdpa", "flash"])
 def test_backends_give_the_same_model(backend):
     idx = torch.randint(0, 50, (2, 16))
-    torch.testing.assert_close(tiny(attention=backend)(idx), tiny(attention="naive")(idx), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tiny(backend=backend)(idx), tiny(backend="naive")(idx), rtol=1e-5, atol=1e-5)
 
 
 def test_attention_maps_per_layer():
@@ -44,8 +45,8 @@ def test_attention_maps_per_layer():
 
 @pytest.mark.parametrize("backend", ["naive", "sdpa", "flash"])
 def test_attention_maps_of_every_backend_are_the_weights_naive_attention_uses(backend):
-    naive = tiny(attention="naive").eval()
-    model = tiny(attention=backend).eval()
+    naive = tiny(backend="naive").eval()
+    model = tiny(backend=backend).eval()
     model.load_state_dict(naive.state_dict())
     used = []  # the weights each naive layer multiplies with v: its attention dropout's input
     for block in naive.blocks:
@@ -89,36 +90,36 @@ def test_generate_is_seeded():
 def test_adaptive_head_gives_log_probabilities_and_their_cross_entropy():
     m = tiny(head="adaptive", head_cutoffs=(10, 30))
     counts = torch.randint(0, 100, (50,))
-    m.set_token_counts(counts)
+    m.lm_head.set_token_counts(counts)
     order = torch.sort(-counts, stable=True).indices
-    assert torch.equal(m.id_rank[order], torch.arange(50))  # the most frequent id has rank 0
+    assert torch.equal(m.lm_head.id_rank[order], torch.arange(50))  # the most frequent id has rank 0
     idx, targets = torch.randint(0, 50, (2, 3, 10))
     targets[0, :4] = -1  # not scored
     logp = m(idx)  # (3, 10, 50)
     torch.testing.assert_close(logp.exp().sum(-1), torch.ones(3, 10))
     loss = m.loss(idx, targets)  # from the targets' clusters only: training does not pay for the full distribution
     torch.testing.assert_close(loss, F.cross_entropy(logp.view(-1, 50), targets.view(-1), ignore_index=-1))
-    assert "id_rank" in m.state_dict()  # the order travels with the checkpoint
+    assert "lm_head.id_rank" in m.state_dict()  # the order travels with the checkpoint
     rare = int(order[-1])  # a tail-cluster id gets its probability through the cluster
     assert logp[..., rare].exp().max() < 1 and logp[..., rare].exp().min() > 0
     with pytest.raises(ValueError, match="shape|must be"):
-        m.set_token_counts(torch.ones(49))
+        m.lm_head.set_token_counts(torch.ones(49))
 
 
 def test_the_head_is_decided_for_the_vocabulary_before_the_model_and_said(caplog):
     asked = {"head": "adaptive", "head_cutoffs": [30, 60]}
-    with caplog.at_level("INFO", logger="model.gpt"):
+    with caplog.at_level("INFO", logger="model.loading"):
         assert head_for_vocabulary(asked, 50) == {"head": "adaptive", "head_cutoffs": [30]}
         assert "[60] are not below the vocabulary of 50" in caplog.text
         small = head_for_vocabulary({"head": "adaptive", "head_cutoffs": [50, 60]}, 50)  # a small BPE vocabulary
         assert small == {"head": "tied", "head_cutoffs": []} and "model.head=tied" in caplog.text
     caplog.clear()
-    with caplog.at_level("INFO", logger="model.gpt"):
+    with caplog.at_level("INFO", logger="model.loading"):
         assert head_for_vocabulary(small, 50) == small and head_for_vocabulary({"head": "adaptive"}, 5000) == {
             "head": "adaptive"}  # decided already, or nothing to decide: said nothing
     assert caplog.text == ""
     m = tiny(**small)
-    assert m.cfg.head == "tied" and m.lm_head.weight is m.wte.weight
+    assert m.cfg.head == "tied" and m.lm_head.tied.weight is m.wte.weight
     with pytest.raises(ValueError, match="below vocab_size 50"):  # never changed silently
         tiny(head="adaptive", head_cutoffs=(30, 60))
     with pytest.raises(ValueError, match="increasing"):

@@ -12,8 +12,8 @@ from tests.conftest import ROOT
 LAYERS = (  # lowest first; a module belongs to the layer of its longest matching prefix
     ("poetry rules", ("data.verse",)),
     ("data pipeline", ("data",)),
-    ("network", ("model.attention", "model.gpt", "model.checkpoint")),
-    ("engine", ("model.engine",)),
+    ("network", ("model.attention", "model.poem_inputs", "model.gpt")),
+    ("engine", ("model.engine", "model.device", "model.loading")),
     ("sampling", ("model.sampling",)),
     ("inspection", ("model.inspection",)),
     ("training", ("model.training",)),
@@ -116,7 +116,8 @@ def test_the_poetry_rules_are_pure_python_and_corpus_reading_a_leaf(graph):
     assert len(verse) >= 6 and all(layer_of(b) == 0 for n in verse for b in inner[n])  # nothing of the pipeline
     assert {n: outer[n] & NOT_PURE for n in verse if outer[n] & NOT_PURE} == {}
     assert {layer_of(b) for b in inner["data.corpus_io"]} <= {0} and not outer["data.corpus_io"] & NOT_PURE
-    assert inner["model.gpt"] == {"model.attention"}  # the network: the GPT imports only the attention
+    assert inner["model.gpt"] == {"model.attention", "model.poem_inputs"}  # the network: the attention, the poem inputs
+    assert inner["model.poem_inputs"] == {"data.features"}  # their ids and counts: the data layer's one definition
 
 
 def test_sampling_and_inspection_need_no_lightning(graph):

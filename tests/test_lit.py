@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.training.lit import LitGPT, build_optimizer, load_for_inference, lr_factor
+from model.loading import load_engine
+from model.training.lit import LitGPT, build_optimizer, lr_factor
 
-MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False, attention="sdpa")
+MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False, backend="sdpa")
 OPTIM = dict(lr=1e-3, weight_decay=0.1, betas=[0.9, 0.95], warmup_steps=10, min_lr_ratio=0.1)
 
 
@@ -46,9 +47,9 @@ def test_validation_loss_does_not_depend_on_dropout():
     torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
 
 
-def test_load_for_inference_reports_a_missing_file(tmp_path):
+def test_load_engine_reports_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="python train.py"):
-        load_for_inference(tmp_path / "nope.ckpt")
+        load_engine(tmp_path / "nope.ckpt")
 
 
 def test_lr_factor_warms_up_then_follows_progress_to_the_floor():

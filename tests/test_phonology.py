@@ -7,8 +7,9 @@ import torch
 from data.features import PAD, READINGS, group_ids, phonology_tables, token_kinds
 from data.tokenizer import CharTokenizer
 from model.attention import BACKENDS
-from model.engine import Engine
 from model.gpt import GPT, GPTConfig
+from model.loading import load_engine
+from model.poem_inputs import PoemInputs
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, generate
 
@@ -42,15 +43,15 @@ KINDS = torch.tensor([1, 2, *[3 if i % 7 == 0 else 0 for i in range(2, V)]])  # 
 def tiny(backend="naive", block_size=80, **kw):
     torch.manual_seed(0)
     kw = {"phonology": True, **kw}
-    m = GPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=2, n_head=2, n_embd=32, attention=backend,
+    m = GPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=2, n_head=2, n_embd=32, backend=backend,
                       **kw)).eval()
     g = torch.Generator().manual_seed(3)
     groups = torch.randint(0, 31, (V, 4), generator=g)
     groups[:, 1:][torch.rand(V, 3, generator=g) < 0.7] = -1  # most tokens one reading, some several
     if m.cfg.phonology:
-        m.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
-    if hasattr(m, "token_kind"):
-        m.set_token_kinds(KINDS)
+        m.poem.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
+    if hasattr(m.poem, "token_kind"):
+        m.poem.set_token_kinds(KINDS)
     return m
 
 
@@ -59,11 +60,11 @@ def test_the_features_change_the_logits_and_a_polyphonic_token_gets_the_mean_of_
     idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         plain = m(idx)
-        m.wge.weight.zero_(), m.wtone.weight.zero_()
+        m.poem.wge.weight.zero_(), m.poem.wtone.weight.zero_()
         assert not torch.allclose(plain, m(idx))
-        m.wge.weight.copy_(torch.arange(31.0)[:, None].expand(31, 32))  # group i's embedding: all i
-        m.phon_group_ids[5] = torch.tensor([2, 6, -1, -1])
-        assert torch.equal(m._phonology(torch.tensor([[5]]))[0, 0], torch.full((32,), 4.0))  # (2 + 6) / 2
+        m.poem.wge.weight.copy_(torch.arange(31.0)[:, None].expand(31, 32))  # group i's embedding: all i
+        m.poem.phon_group_ids[5] = torch.tensor([2, 6, -1, -1])
+        assert torch.equal(m.poem.output_rows(torch.tensor([[5]]))[0, 0], torch.full((32,), 4.0))  # (2 + 6) / 2
 
 
 FEATURES = [{}, {"structure": True}, {"phonology": False, "structure": True}]
@@ -94,10 +95,10 @@ def structure_of(text: str, history: str = "") -> list[tuple[int, int, int]]:
     """structure_ids of a character text ('^' <bos>, '$' <eos>) on a model of its vocabulary."""
     tok = CharTokenizer(sorted(set(text + history) - set("^$")))
     m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True))
-    m.set_token_kinds(torch.tensor(token_kinds(tok)))
+    m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
     ids = [[tok.encode(c.replace("^", "").replace("$", ""), bos=c == "^", eos=c == "$")[0] for c in t]
            for t in (history, text)]
-    got = m.structure_ids(torch.tensor([ids[1]]), torch.tensor([ids[0]]) if history else None)  # (1, T, 3)
+    got = m.poem.structure_ids(torch.tensor([ids[1]]), torch.tensor([ids[0]]) if history else None)  # (1, T, 3)
     return [tuple(r) for r in got[0].tolist()]
 
 
@@ -123,18 +124,21 @@ def test_structure_is_unknown_until_a_poem_starts_and_history_supplies_it():
     assert with_history[0] == (2, 3, 2) and with_history[1] == (2, 2, 4)  # after 地, after 上 (霜 next)
 
 
-def test_a_cache_with_history_continues_the_structure_and_the_engine_refills_with_it():
+def test_the_cache_keeps_the_text_continues_the_structure_and_refills_itself():
     m = tiny(block_size=16, structure=True)
     seq = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 6, 7, 8, 9]])  # <bos>, marks at 7 and 14
-    cache = m.new_cache(history=seq[:, :8])
-    torch.testing.assert_close(m(seq[:, 8:], cache=cache), m(seq[:, 8:], history=seq[:, :8]))
+    cache = m.new_cache()
+    m(seq[:, :8], cache=cache)
+    torch.testing.assert_close(m(seq[:, 8:], cache=cache), m(seq)[:, 8:], rtol=1e-5, atol=1e-5)
     assert torch.equal(cache.ids, seq)
-    assert torch.equal(m.structure_ids(seq[:, 8:], seq[:, :8]), m.structure_ids(seq)[:, 8:])
-    assert not torch.equal(m.structure_ids(seq[:, 8:]), m.structure_ids(seq)[:, 8:])  # without: unknown
-    histories, new_cache = [], m.new_cache
-    m.new_cache = lambda keep=False, history=None: histories.append(history.size(1)) or new_cache(keep, history)
+    assert torch.equal(m.poem.structure_ids(seq[:, 8:], seq[:, :8]), m.poem.structure_ids(seq)[:, 8:])
+    assert not torch.equal(m.poem.structure_ids(seq[:, 8:]), m.poem.structure_ids(seq)[:, 8:])  # without: unknown
+    caches, new_cache = [], m.new_cache
+    m.new_cache = lambda keep=False: caches.append(new_cache(keep)) or caches[-1]
     out = generate(m, seq[:, :5], 20, temperature=0, use_cache=True)  # past block_size: refills
-    assert out.shape == (1, 25) and histories == [0, 9]  # at 17 tokens: the last 8 refill, 9 are history
+    assert out.shape == (1, 25) and len(caches) == 1  # one cache for the whole text
+    # 24 tokens fed; at 17 it refilled with the last 8 (9 stay history), then took 7 more
+    assert torch.equal(caches[0].ids, out[:, :24]) and caches[0].length == 15
 
 
 def test_the_rhyme_loss_scores_line_final_targets_only():
@@ -142,11 +146,11 @@ def test_the_rhyme_loss_scores_line_final_targets_only():
     idx = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(2))
     y = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(4))
     y[y % 7 == 0] += 1  # no line-end marks: no rhyme term
-    assert m._rhyme_loss(m._hidden(idx), y).item() == 0.0
+    assert m.poem.rhyme_loss(m._hidden(idx), y).item() == 0.0
     y[0, 5] = 7  # a mark after target 4: target 4 is line-final
     x = m._hidden(idx)
-    expected = 0.5 * torch.nn.functional.cross_entropy(m.rhyme_head(x[0, 4:5]), m.phon_group_ids[y[0, 4:5], 0])
-    torch.testing.assert_close(m._rhyme_loss(x, y), expected)
+    expected = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, 4:5]), m.poem.phon_group_ids[y[0, 4:5], 0])
+    torch.testing.assert_close(m.poem.rhyme_loss(x, y), expected)
     ce = torch.nn.functional.cross_entropy(m(idx).view(-1, V), y.view(-1))
     torch.testing.assert_close(m.loss(idx, y), ce + expected)  # the language-model loss plus the rhyme term
     with pytest.raises(ValueError, match="need phonology"):
@@ -156,15 +160,15 @@ def test_the_rhyme_loss_scores_line_final_targets_only():
 def test_bad_tables_are_refused():
     m, tones = tiny(), torch.zeros(V, dtype=torch.long)
     with pytest.raises(ValueError, match="groups must be"):
-        m.set_phonology(torch.zeros(V, 3, dtype=torch.long), tones)
+        m.poem.set_phonology(torch.zeros(V, 3, dtype=torch.long), tones)
     with pytest.raises(ValueError, match="tones ids"):
-        m.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4))
+        m.poem.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4))
     with pytest.raises(ValueError, match="first group id"):
-        m.set_phonology(torch.full((V, 4), -1), tones)
+        m.poem.set_phonology(torch.full((V, 4), -1), tones)
     with pytest.raises(ValueError, match="no phonology"):
-        GPT(GPTConfig(vocab_size=V)).set_phonology(torch.zeros(V, 4), torch.zeros(V))
+        PoemInputs(GPTConfig(vocab_size=V)).set_phonology(torch.zeros(V, 4), torch.zeros(V))
     with pytest.raises(ValueError, match="no token kinds"):
-        GPT(GPTConfig(vocab_size=V)).set_token_kinds(KINDS)
+        PoemInputs(GPTConfig(vocab_size=V, phonology=True)).set_token_kinds(KINDS)
 
 
 def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
@@ -174,9 +178,9 @@ def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
                   "rhyme_loss_weight": 0.3}, {}, tok.state_dict(), script="traditional")
     path = tmp_path / "last.ckpt"
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
-    engine = Engine.load(path)
-    assert torch.equal(engine.model.phon_group_ids, lit.gpt.phon_group_ids)
-    assert (engine.model.phon_group_ids[:, 0] > 0).any() and (engine.model.token_kind == 3).sum() >= 2
+    engine = load_engine(path)
+    assert torch.equal(engine.model.poem.phon_group_ids, lit.gpt.poem.phon_group_ids)
+    assert (engine.model.poem.phon_group_ids[:, 0] > 0).any() and (engine.model.poem.token_kind == 3).sum() >= 2
     idx, _ = engine.encode_line("床前明月光", "prompt")
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx))
     assert engine.generate(idx, 5).shape == (1, 11)
@@ -186,19 +190,19 @@ def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
 def test_phon_output_adds_the_phonology_to_the_output_vectors_and_stays_a_distribution(head):
     m = tiny(head=head, head_cutoffs=(20,), phon_output=True)
     if head == "adaptive":
-        m.set_token_counts(torch.arange(V).flip(0))  # id 0 the most frequent
+        m.lm_head.set_token_counts(torch.arange(V).flip(0))  # id 0 the most frequent
     idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
     y = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(2))
     logp = torch.log_softmax(m(idx), -1)  # (2, 9, V)
     torch.testing.assert_close(m.nats(idx, y), -logp.gather(-1, y[..., None])[..., 0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(m.loss(idx, y), m.nats(idx, y).mean(), rtol=1e-4, atol=1e-5)
     x = m._hidden(idx)
-    phon = m._phonology(torch.arange(V)[None])[0]  # (V, n_embd) every token's phonology embedding
+    phon = m.poem.output_rows(torch.arange(V)[None])[0]  # (V, n_embd) every token's phonology embedding
     if head == "tied":
-        torch.testing.assert_close(m._tied_logits(x), x @ (m.wte.weight + phon).T)
+        torch.testing.assert_close(m.lm_head(x), x @ (m.wte.weight + phon).T)
     else:  # the head cluster: ranks 0…19 are ids 0…19 here
-        w = m.lm_head.head.weight
-        torch.testing.assert_close(m.lm_head.head(x), x @ torch.cat([w[:20] + phon[:20], w[20:]]).T)
+        w = m.lm_head.adaptive.head.weight
+        torch.testing.assert_close(m.lm_head.adaptive.head(x), x @ torch.cat([w[:20] + phon[:20], w[20:]]).T)
     with pytest.raises(ValueError, match="need phonology"):
         GPT(GPTConfig(vocab_size=V, phon_output=True))
 

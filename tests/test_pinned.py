@@ -23,7 +23,7 @@ from data.tokenizer import CharTokenizer
 from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
 from model.training.lit import LitGPT
 from model.training.validation import validation_metrics
-from tests.conftest import POEMS, write_corpus
+from tests.conftest import write_corpus
 
 PINNED = Path(__file__).parent / "data" / "pinned.json"
 MODEL = dict(block_size=24, n_layer=2, n_head=2, n_embd=32, pos_emb="rope", mlp_act="relu2", zero_init_proj=True,
@@ -32,10 +32,10 @@ PROBE = "床前明月光，疑是地上霜。举头望明月，"
 
 
 def seeded(lit: LitGPT) -> LitGPT:
-    """Every parameter redrawn from N(0, 0.1) at seed 7; eval mode."""
+    """Every parameter redrawn from N(0, 0.1) at seed 7, in the order the model made them; eval mode."""
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
-        for _, p in sorted(lit.gpt.named_parameters()):
+        for p in lit.gpt.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     return lit.eval()
 
@@ -68,12 +68,12 @@ def figures(lit: LitGPT, dm: PoetryDataModule | None) -> dict:
     out["samples_cached"] = sample_poems(engine, SamplingOptions(**opts))
     out["samples_uncached"] = sample_poems(engine, SamplingOptions(**opts, use_cache=False))
     out["samples_wujue"] = sample_poems(engine, SamplingOptions(**opts, form="wujue", rhyme=True))
-    _, steps = poem_steps(engine, SamplingOptions(num_samples=1, max_new_tokens=30, seed=2), attention=True)
-    rows = [[r[0].tolist() for r in s.attention] for s in steps]  # per step, per layer: (n_head, L)
+    _, steps = poem_steps(engine, SamplingOptions(num_samples=1, max_new_tokens=30, seed=2), attention_rows=True)
+    rows = [[r[0].tolist() for r in s.attention_rows] for s in steps]  # per step, per layer: (n_head, L)
     out["rows"] = [[[sum(h) for h in layer] for layer in step] for step in rows]
     out["rows_first_last"] = [rows[0], rows[-1]]
     if dm is not None:
-        out["val"] = validation_metrics(lit, dm)
+        out["val"] = validation_metrics(engine, dm)
     return out
 
 

@@ -18,9 +18,10 @@ from data.verse.script import corpus_to_script
 from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
 from model.inspection.poem_metrics import plan_match
+from model.loading import load_engine
 from model.sampling.decoding import PlanGrammar, sampler
 from model.sampling.poems import SamplingOptions, plan_grammar, poem_boundaries, read_plans, sample_ids, sample_poems
-from model.training.lit import LitGPT, load_for_inference
+from model.training.lit import LitGPT
 from model.training.validation import validation_metrics
 from tests.conftest import POEMS
 
@@ -136,7 +137,7 @@ def test_val_bpc_counts_the_plan_nats_over_the_same_characters(tiny_corpus, tmp_
     tok = dm.tokenizer
     torch.manual_seed(0)
     lit = LitGPT(dict(block_size=16, n_layer=1, n_head=2, n_embd=16), {}, tok.state_dict())
-    got = validation_metrics(lit, dm)
+    got = validation_metrics(lit.engine, dm)
     dm.setup("validate")
     total = text = 0.0
     with torch.no_grad():
@@ -246,26 +247,27 @@ def test_control_errors_are_one_line_and_early(lit):
     assert len(sample_poems(lit.engine, SamplingOptions(form="qilv", max_new_tokens=66))) == 1  # both: the form is given
 
 
-@pytest.mark.parametrize("block_size, fills", [(72, 1), (64, 2)])
-def test_a_qilv_with_its_plan_fits_block_72_without_cropping(block_size, fills, monkeypatch):
+@pytest.mark.parametrize("block_size, refilled", [(72, False), (64, True)])
+def test_a_qilv_with_its_plan_fits_block_72_without_cropping(block_size, refilled, monkeypatch):
     """<bos>, two plan tokens, 56 characters, 8 marks, <eos>: 68 tokens. At block_size 72 the
     whole poem stays in one KV cache (never re-filled from its recent half); at 64 it would not."""
     lit = plan_lit(block_size=block_size)
     made = []
     new_cache = lit.gpt.new_cache
-    monkeypatch.setattr(lit.gpt, "new_cache", lambda *keep: made.append(1) or new_cache(*keep))
+    monkeypatch.setattr(lit.gpt, "new_cache", lambda *keep: made.append(new_cache(*keep)) or made[-1])
     rows = sample_ids(lit.engine, SamplingOptions(num_samples=2, max_new_tokens=70, form="qilv", rhyme=True))
     assert rows.shape[1] == 68 and (rows[:, -1] == lit.tokenizer.eos_id).all()
-    assert [form_of(lit.tokenizer.decode(r.tolist())) for r in rows] == ["qilv"] * 2 and len(made) == fills
+    assert [form_of(lit.tokenizer.decode(r.tolist())) for r in rows] == ["qilv"] * 2 and len(made) == 1
+    assert (made[0].length < made[0].ids.size(1)) == refilled  # a refill keeps only the recent half in the layers
 
 
 def test_an_old_checkpoint_without_plan_tokens_loads_and_samples(tmp_path):
     plain = plan_lit(plan=False)
     path = tmp_path / "old.ckpt"
     torch.save({"hyper_parameters": dict(plain.hparams), "state_dict": plain.state_dict()}, path)
-    lit = load_for_inference(path)
-    assert lit.tokenizer.plan == () and "plan" not in lit.hparams.tokenizer
-    assert [form_of(p) for p in sample_poems(lit.engine, SamplingOptions(num_samples=2, form="wujue"))] == ["wujue"] * 2
+    engine = load_engine(path)
+    assert engine.tokenizer.plan == () and "plan" not in engine.tokenizer.state_dict()
+    assert [form_of(p) for p in sample_poems(engine, SamplingOptions(num_samples=2, form="wujue"))] == ["wujue"] * 2
 
 
 def test_soft_sets_only_for_plan_models():
@@ -315,7 +317,8 @@ def test_a_plan_model_trains_logs_bpc_text_samples_and_evaluates(trained, capsys
     del scfg["defaults"], scfg["hydra"]
     out = io.StringIO()
     poems = sample_script.sample(OmegaConf.merge(scfg, {"ckpt_path": str(ckpt), "num_samples": 3, "format": "jsonl",
-                                                        "form": "wujue", "rhyme": True}), out)
+                                                        "form": "wujue", "rhyme": True,
+                                                        "paths": {"checkpoint_dir": str(ckpt.parent.parent)}}), out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["poem"] for r in records] == poems and all(form_of(p) == "wujue" and "<" not in p for p in poems)
     assert all(r["plan"]["form"] == "wujue" and r["plan"]["rhyme"] in level_tone_table() for r in records)

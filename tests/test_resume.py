@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import train as train_script
-from model.checkpoint import read_checkpoint
-from model.training.checkpoints import AtomicCheckpointIO, resolve_ckpt_path
+from model.loading import find_checkpoint, read_checkpoint
+from model.training.checkpoints import AtomicCheckpointIO
 from model.training.interruption import TrainingInterrupted
 from model.training.lit import LitGPT
 from tests.conftest import ROOT, make_train_cfg, tiny_overrides, write_corpus
@@ -144,14 +144,14 @@ def test_ckpt_path_last_or_a_run_folder_means_its_last_ckpt(tmp_path):
         (tmp_path / run).mkdir()
         (tmp_path / run / "last.ckpt").write_text("")
         os.utime(tmp_path / run / "last.ckpt", (1000 + i, 1000 + i))
-    assert resolve_ckpt_path("last", tmp_path) == tmp_path / "a-new" / "last.ckpt"
-    assert resolve_ckpt_path(tmp_path / "b-old", tmp_path) == tmp_path / "b-old" / "last.ckpt"
-    assert resolve_ckpt_path(str(tmp_path / "b-old" / "last.ckpt"), tmp_path) == tmp_path / "b-old" / "last.ckpt"
+    assert find_checkpoint("last", tmp_path) == tmp_path / "a-new" / "last.ckpt"
+    assert find_checkpoint(tmp_path / "b-old", tmp_path) == tmp_path / "b-old" / "last.ckpt"
+    assert find_checkpoint(str(tmp_path / "b-old" / "last.ckpt"), tmp_path) == tmp_path / "b-old" / "last.ckpt"
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="empty/last.ckpt not found; resume with ckpt_path=last"):
-        resolve_ckpt_path(tmp_path / "empty", tmp_path)
+    with pytest.raises(FileNotFoundError, match="empty/last.ckpt not found; train one with `python train.py`, or pass"):
+        find_checkpoint(tmp_path / "empty", tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoint under"):
-        resolve_ckpt_path("last", tmp_path / "empty")
+        find_checkpoint("last", tmp_path / "empty")
 
 
 @pytest.mark.parametrize("override, message", [

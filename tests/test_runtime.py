@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from model.cli import quote_non_ascii_overrides
-from model.engine import latest_checkpoint
+from model.loading import find_checkpoint
 from model.training.runtime import compute_dtype, resolve_precision, wandb_logged_in
 from sample import as_lines
 
@@ -46,10 +46,10 @@ def test_sample_helpers(tmp_path):
     poem = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
     assert as_lines(poem) == "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。"
     with pytest.raises(FileNotFoundError, match="python train.py"):
-        latest_checkpoint(tmp_path)
+        find_checkpoint(None, tmp_path)
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "last.ckpt").write_text("")
-    assert latest_checkpoint(tmp_path) == tmp_path / "a" / "last.ckpt"
+    assert find_checkpoint(None, tmp_path) == tmp_path / "a" / "last.ckpt"
 
 
 def test_user_errors_end_in_one_line_without_traceback():

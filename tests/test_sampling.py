@@ -19,7 +19,7 @@ def tiny(block_size=80, **kw):
 @pytest.mark.parametrize("options", [{}, {"pos_emb": "rope", "qk_norm": True, "head": "adaptive", "head_cutoffs": (20,)}])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_kv_cache_gives_the_same_logits_and_greedy_tokens(backend, options):
-    m = tiny(attention=backend, **options)
+    m = tiny(backend=backend, **options)
     start = torch.randint(0, 60, (3, 5), generator=torch.Generator().manual_seed(1))
     cached = generate(m, start, 64, temperature=0, use_cache=True)
     assert torch.equal(cached, generate(m, start, 64, temperature=0, use_cache=False))
@@ -163,7 +163,7 @@ def test_cache_takes_the_dtype_of_the_keys_under_autocast():
         out = generate(m, start, 8, temperature=0)
         cache = m.new_cache()
         m(out, cache=cache)
-    assert out.shape == (2, 9) and cache[0].k.dtype == torch.bfloat16 and cache[0].length == 9
+    assert out.shape == (2, 9) and cache.layers[0].k.dtype == torch.bfloat16 and cache.length == 9
 
 
 def test_a_poem_ends_only_after_a_sentence_final_mark_and_no_mark_opens_a_line():

@@ -18,8 +18,8 @@ from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_labels
 from data.verse.script import corpus_to_script
 from model.cli import USER_ERRORS
-from model.engine import Engine
 from model.inspection.attention_view import SCALE
+from model.loading import load_engine
 from model.sampling.poems import SamplingOptions, sample_ids, sample_poems
 from model.studio.server import OPTIONS, background, create_app
 from model.training.lit import LitGPT
@@ -72,7 +72,7 @@ def test_options_give_every_sample_control_and_the_model(client, ckpt):
                             "repetition_penalty", "seed", "control", "max_new_tokens"}
     assert info["forms"] == ["wujue", "qijue", "wulv", "qilv"] and info["controls"] == ["hard", "soft", "both"]
     assert info["model"] == {"ckpt_path": str(ckpt), "plan": False, "n_layer": 2, "n_head": 2, "block_size": 32,
-                             "vocab_size": Engine.load(ckpt).tokenizer.vocab_size}
+                             "vocab_size": load_engine(ckpt).tokenizer.vocab_size}
     assert len(info["colormap"]) == 256 * 6 and info["scale"] == SCALE
     missing = client.get("/options", params={"ckpt_path": str(ckpt.parent / "none.ckpt")}).json()
     assert missing["error"].startswith(f"error: checkpoint {ckpt.parent / 'none.ckpt'} not found")
@@ -84,7 +84,7 @@ def test_a_poem_streams_in_order_with_each_steps_own_attention_and_masks(client,
     evs = events(text)
     names = [name for name, _ in evs]
     assert names == ["start", *["step"] * (len(evs) - 2), "done"]
-    engine = Engine.load(ckpt, attention="naive")
+    engine = load_engine(ckpt, backend="naive")
     [poem] = sample_poems(engine, SamplingOptions(form="wujue", rhyme=True, seed=3))
     done = evs[-1][1]
     assert done["poem"] == poem and done["chars"] == 24 and done["first_ms"] > 0 and done["chars_per_s"] > 0
@@ -112,7 +112,7 @@ def test_a_prompts_rows_come_with_the_start(client, ckpt):
     start = events(text)[0][1]
     assert start["tokens"] == ["<bos>", *"床前明月光"] and start["texts"] == ["", *"床前明月光"]
     assert [r["pos"] for r in start["rows"]] == [0, 1, 2, 3, 4]  # the first step computes position 5's
-    engine = Engine.load(ckpt)
+    engine = load_engine(ckpt)
     idx, _ = engine.encode_line("床前明月光")
     full = torch.stack(engine.model.attention_maps(idx))[:, 0].numpy()
     for r in start["rows"]:
@@ -270,5 +270,5 @@ def test_a_plan_model_draws_its_plan_then_reads_the_prompt(tmp_path):
     assert given["pos"] == 3 and given["texts"] == list("床前明月光")
     assert [r["pos"] for r in given["rows"]] == [2, 3, 4, 5, 6]  # the last plan token's, and the prompt's but the last
     assert evs[3][1]["pos"] == 8 and evs[3][1]["row"]["start"] == 0 and len(evs[3][1]["row"]["w"][0][0]) == 8
-    engine = Engine.load(ckpt)
+    engine = load_engine(ckpt)
     assert evs[-1][1]["poem"] == sample_poems(engine, SamplingOptions(**options))[0]

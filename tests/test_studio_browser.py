@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from data.verse.poetry import LINE_END
-from model.engine import Engine
+from model.loading import load_engine
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.studio.server import background, create_app
 from sample import as_lines
@@ -83,14 +83,14 @@ def test_a_rhymed_wujue_streams_and_its_10th_character_shows_a_full_forward_pass
     url, ckpt = studio
     run = write(page, form="wujue", rhyme=True)
     poem = run["poem"]
-    assert poem == sample_poems(Engine.load(ckpt), SamplingOptions(form="wujue", rhyme=True))[0]  # the defaults' seed
+    assert poem == sample_poems(load_engine(ckpt), SamplingOptions(form="wujue", rhyme=True))[0]  # the defaults' seed
     assert [len(line) for line in poem.replace("。", "，").split("，")] == [5, 5, 5, 5, 0]
     assert run["first"] - run["sent"] < 1000 and run["server_first_ms"] < 1000 and run["chars"] == 24
     pos, character = characters(page)[9]  # the 10th character, the 4th of line 2
     page.click(f'#poem .ch[data-pos="{pos}"]')
-    ids = Engine.load(ckpt).tokenizer.encode(poem, bos=True)
-    assert ids[pos] == Engine.load(ckpt).tokenizer.encode(character)[0]
-    naive = Engine.load(ckpt, attention="naive").model
+    ids = load_engine(ckpt).tokenizer.encode(poem, bos=True)
+    assert ids[pos] == load_engine(ckpt).tokenizer.encode(character)[0]
+    naive = load_engine(ckpt, backend="naive").model
     with torch.no_grad():  # a full forward pass of the naive backend over the prefix the step saw
         full = torch.stack(naive.attention_maps(torch.tensor([ids[:pos]])))[:, 0].double().numpy()  # (L, H, pos, pos)
     assert page.eval_on_selector_all(".mv .tok", "ts => ts.map(t => t.textContent)") == ["<bos>", *poem[:pos]]
@@ -136,7 +136,7 @@ def test_regenerate_a_line_then_copy_the_poem(page, studio):
     kept = first[:12]
     assert again.startswith(kept) and page.input_value('[name="prompt"]') == kept
     assert page.input_value('[name="seed"]') == "12"
-    assert again == sample_poems(Engine.load(ckpt), SamplingOptions(prompt=kept, form="wujue", seed=12))[0]
+    assert again == sample_poems(load_engine(ckpt), SamplingOptions(prompt=kept, form="wujue", seed=12))[0]
     page.click("#copy")
     page.wait_for_function("document.querySelector('#stats').textContent === 'copied the poem'")
     assert page.evaluate("navigator.clipboard.readText()") == as_lines(again)

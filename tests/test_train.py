@@ -131,7 +131,8 @@ def sample_cfg(trained, **options):
     cfg, _, tmp_path = trained
     scfg = OmegaConf.load(train_script.rootutils.find_root(indicator=".project-root") / "conf" / "sample.yaml")
     del scfg["defaults"], scfg["hydra"]
-    return OmegaConf.merge(scfg, {"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"), **options})
+    return OmegaConf.merge(scfg, {"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"),
+                                  "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")}, **options})
 
 
 def test_sample_script_writes_jsonl_with_the_settings(trained):
@@ -202,7 +203,7 @@ def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path, caplog):
     cfg = train_cfg("tokenizer=tiktoken", f"tokenizer.encoding={ranks}", "trainer.max_steps=4",
                     "trainer.val_check_interval=4", "logger=none", "~callbacks.samples",
                     "callbacks.attention_maps.probe_lines=['床前明月光']")  # BPE: 12 characters pass block 16
-    with caplog.at_level("INFO", logger="model.gpt"):
+    with caplog.at_level("INFO", logger="model.loading"):
         metrics = train_script.train(cfg)
     assert torch.isfinite(torch.tensor(metrics["val/bpc"]))
     assert cfg.model.head == "adaptive" and "model.head=tied: the vocabulary of" in caplog.text  # decided once, said
@@ -235,8 +236,9 @@ def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path
 
 
 def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
-    """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)."""
-    import model.training.lit
+    """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)
+    (in `model.loading.build_gpt`, which then fills the tables)."""
+    import model.loading
     from model.gpt import GPT
 
     built = {}
@@ -246,7 +248,7 @@ def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
             super().__init__(cfg)
             built.update(cfg=cfg, state={k: v.clone() for k, v in self.state_dict().items()})
 
-    monkeypatch.setattr(model.training.lit, "GPT", Recorded)
+    monkeypatch.setattr(model.loading, "GPT", Recorded)
     train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none"))
     torch.manual_seed(7)
     fresh = GPT(built["cfg"]).state_dict()
@@ -328,11 +330,11 @@ def test_sampling_names_the_option_with_bad_code_points(trained, option):
 
 
 def test_attention_map_text_with_bad_code_points_is_named(trained):
-    from model.training.lit import load_for_inference
+    from model.loading import load_engine
 
-    lit = load_for_inference(trained[2] / "checkpoints" / "test" / "last.ckpt")
+    engine = load_engine(trained[2] / "checkpoints" / "test" / "last.ckpt")
     with pytest.raises(ValueError, match="^text: 1 code point.*U\\+D800"):
-        lit.engine.encode_line("床\ud800", "text")
+        engine.encode_line("床\ud800", "text")
 
 
 def test_the_end_of_training_logs_the_evaluation_table(trained):

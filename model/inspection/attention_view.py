@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from matplotlib import colormaps
 
 from model.inspection.attention_stats import STATISTICS
@@ -30,6 +31,23 @@ SCALE = 10_000
 """Weights are embedded as integers in units of 1/SCALE: a rounding error ≤ 0.5/SCALE = 5e-5."""
 
 TEMPLATE = "attention_view.html"
+
+
+def quantised(weights: torch.Tensor) -> list:
+    """Attention weights (float, any shape) → nested lists of integers in units of 1/SCALE."""
+    return torch.round(weights * SCALE).int().tolist()
+
+
+def prompt_rows(model, ids: Sequence[int], first: int) -> list[dict]:
+    """The attention rows of the positions first … len(ids) − 2 of a text (token ids) that no
+    generation step computed (a prompt), from one pass of `model` (a GPT) over the text's last
+    block_size tokens: [{"pos": position, "start": the pass's first position, "w": [layer][head][key]
+    in units of 1/SCALE over the keys start … pos}] (the studio's `rows`)."""
+    window = torch.tensor([list(ids)[-model.cfg.block_size:]], device=model.wte.weight.device)  # (1, T)
+    start = len(ids) - window.size(1)
+    maps = torch.stack(model.attention_maps(window))[:, 0]  # (n_layer, n_head, T, T)
+    return [{"pos": p, "start": start, "w": quantised(maps[:, :, p - start, : p - start + 1])}
+            for p in range(max(first, start), len(ids) - 1)]
 
 
 @dataclass

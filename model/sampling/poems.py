@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -25,7 +24,6 @@ import torch
 from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from model.attention import check_backend
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
@@ -59,24 +57,6 @@ class SamplingOptions:
     repetition_penalty: float = 1.0
     use_cache: bool = True
     control: str | None = None
-
-
-def sampling_engine(ckpt_path: str | Path, device: str = "auto", backend: str | None = None) -> tuple[Engine, str]:
-    """The engine `sample.py` and the studio sample with → (engine, the device it is on).
-
-    device: auto (cuda where there is one) | cpu | cuda; backend: run with another attention
-    backend than the checkpoint's. raises FileNotFoundError (no such checkpoint), ValueError
-    (device=cuda on a machine without one), BackendUnavailableError (the backend cannot run
-    there), all before any generation.
-    """
-    device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
-                         "use device=cpu or device=auto")
-    engine = Engine.load(ckpt_path, device, backend)
-    cfg = engine.model.cfg
-    check_backend(cfg.attention, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
-    return engine, device
 
 
 @lru_cache(maxsize=8)
@@ -114,16 +94,16 @@ def resolve_control(control: str | None, has_plan: bool) -> str:
 
 
 def poem_steps(engine: Engine, opts: SamplingOptions,
-               attention: bool = False) -> tuple[torch.Tensor, Iterator[Step | torch.Tensor]]:
+               attention_rows: bool = False) -> tuple[torch.Tensor, Iterator[Step | torch.Tensor]]:
     """Check everything, then start sampling: returns (start (B, T0) int64, iterator of each
     drawn token's `Step` (`model.engine.Step`: ids (B, 1), its probability, the tokens the
-    masks allowed, with `attention` every layer's attention row), and of a prompt that follows
+    masks allowed, with `attention_rows` every layer's attention row), and of a prompt that follows
     a drawn plan as (B, n) int64, given, not drawn).
 
     `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
     mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
     `form` fixes where lines end (module docstring for `control`). The model must be in eval
-    mode for dropout-free sampling (`Engine.load` gives one).
+    mode for dropout-free sampling (`model.loading.load_engine` gives one).
     Every check runs before the first token: raises ValueError for bad sampling arguments or
     control (soft: no acrostic or meter, which are masks), a prompt or acrostic with invalid
     code points, outside the vocabulary, or breaking the form; max_new_tokens too small for the
@@ -167,7 +147,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
                          device=device)  # (B, T0)
 
     def generate(idx: torch.Tensor, n: int) -> Iterator[Step]:
-        return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention)
+        return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention_rows)
 
     def steps() -> Iterator[Step | torch.Tensor]:
         drawn = list(generate(start, to_draw))  # to_draw steps: PoemBoundaries allows no <eos> here

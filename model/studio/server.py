@@ -16,8 +16,8 @@ serves it with uvicorn, one process, no database):
 
 Every row is one query position's attention weights, [layer][head][key] integers in units of
 1/SCALE, over the keys from its `start` position on: a step's row is the one it computed for the
-position that predicted its token (`Engine.steps(..., attention=True)`); `rows` of `start` and
-`given` are the prompt's positions that no step computes, from one forward pass when it is read.
+position that predicted its token (`Engine.steps(..., attention_rows=True)`); `rows` of `start` and
+`given` are the prompt's positions that no step computes (`model.inspection.attention_view.prompt_rows`).
 
 The response pulls the poem one step at a time, each step in a worker thread (torch releases
 the GIL: two pages write at once, each with its own generator): a closed page stops its poem
@@ -47,9 +47,10 @@ from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS
 from model.cli import USER_ERRORS
-from model.engine import Engine, Step, latest_checkpoint
-from model.inspection.attention_view import SCALE, assets, colormap
-from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, sampling_engine
+from model.engine import Engine, Step
+from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
+from model.loading import find_checkpoint, load_engine
+from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps
 
 OPTIONS = tuple(f for f in SamplingOptions.__dataclass_fields__ if f not in ("num_samples", "use_cache"))
 """The page's options: `sample.py`'s, less num_samples (one poem a page) and use_cache (always on)."""
@@ -80,18 +81,13 @@ def event(name: str, data: dict) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
-def quantised(weights: torch.Tensor) -> list:
-    """Attention weights (float, any shape) → nested lists of integers in units of 1/SCALE."""
-    return torch.round(weights * SCALE).int().tolist()
-
-
 class Poem:
-    """One page's poem: the engine's steps (`poem_steps` with attention) as the page's events.
+    """One page's poem: the engine's steps (`poem_steps` with attention rows) as the page's events.
     raises as `poem_steps` when made, before the first step."""
 
     def __init__(self, engine: Engine, opts: SamplingOptions, received: float):
         self.engine, self.tok, self.received = engine, engine.tokenizer, received
-        start, self.steps = poem_steps(engine, opts, attention=True)
+        start, self.steps = poem_steps(engine, opts, attention_rows=True)
         self.seq: list[int] = start[0].tolist()
         self.text = StreamDecoder(self.tok)
         self.first: float | None = None  # when the first character was sent, perf_counter seconds
@@ -102,12 +98,7 @@ class Poem:
         positions no step computes (the chunk's, less its last, and the one before it)."""
         first = max(0, len(self.seq) - 1)
         self.seq += ids
-        block = self.engine.model.cfg.block_size
-        window = torch.tensor([self.seq[-block:]], device=self.engine.device)  # (1, T)
-        start = len(self.seq) - window.size(1)
-        maps = torch.stack(self.engine.model.attention_maps(window))[:, 0]  # (n_layer, n_head, T, T)
-        rows = [{"pos": p, "start": start, "w": quantised(maps[:, :, p - start, : p - start + 1])}
-                for p in range(max(first, start), len(self.seq) - 1)]
+        rows = prompt_rows(self.engine.model, self.seq, first)
         return {"tokens": [self.tok.label(i) for i in ids], "texts": [self.text.feed([i]) for i in ids], "rows": rows}
 
     def start_event(self) -> str:
@@ -125,7 +116,7 @@ class Poem:
 
     def step_event(self, step: Step) -> str:
         i, n = int(step.ids[0, 0]), len(self.seq)
-        rows = torch.stack(step.attention)[:, 0]  # (n_layer, n_head, L): the row of position n - 1
+        rows = torch.stack(step.attention_rows)[:, 0]  # (n_layer, n_head, L): the row of position n - 1
         self.seq.append(i)
         text = self.text.feed([i])
         if text:
@@ -172,11 +163,11 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
 
     @lru_cache(maxsize=4)
     def load(path: str, mtime_ns: int) -> Engine:  # mtime: a rewritten checkpoint is read again
-        return sampling_engine(path, device, backend)[0]
+        return load_engine(path, checkpoint_dir, device, backend)
 
     def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
-        path = Path(ckpt) if ckpt else Path(ckpt_path) if ckpt_path else latest_checkpoint(Path(checkpoint_dir))
-        return load(str(path), path.stat().st_mtime_ns if path.is_file() else 0), path
+        path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
+        return load(str(path), path.stat().st_mtime_ns), path
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page)

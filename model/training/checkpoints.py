@@ -1,9 +1,9 @@
 """Checkpoint files: written atomically, never "best" with a loss that is not a number, and
-found and checked before a run resumes from one.
+checked before a run resumes from one.
 
-`ckpt_path` (conf/train.yaml) may be `last` (the newest run's `last.ckpt`), a run folder
-(its `last.ckpt`) or a `.ckpt` file; a checkpoint of another shape or vocabulary than the
-config asks for is refused in one line before any training (docs/training.md, "Resume and interruption").
+`ckpt_path` (conf/train.yaml) is found by `model.loading.find_checkpoint`, as in every script;
+a checkpoint of another shape or vocabulary than the config asks for is refused in one line
+before any training (docs/training.md, "Resume and interruption").
 """
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from data.tokenizer import SPECIALS
-from model.checkpoint import read_checkpoint
-from model.engine import latest_checkpoint
 from model.gpt import GPTConfig
+from model.loading import config_fields, read_checkpoint
 
-FREE_ON_RESUME = ("dropout", "attention")
+FREE_ON_RESUME = ("dropout", "backend")
 """GPTConfig fields a resumed run may change; every other one shapes the network."""
 
 
@@ -61,23 +60,9 @@ class FiniteModelCheckpoint(ModelCheckpoint):
         return super().check_monitor_top_k(trainer, current)
 
 
-def resolve_ckpt_path(ckpt_path: str | Path, checkpoint_dir: str | Path) -> Path:
-    """`last` → the newest `last.ckpt` under checkpoint_dir; a folder → its `last.ckpt`;
-    a file → itself. raises FileNotFoundError naming what is missing."""
-    if str(ckpt_path) == "last":
-        return latest_checkpoint(Path(checkpoint_dir))
-    path = Path(ckpt_path)
-    if path.is_dir():
-        path = path / "last.ckpt"
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found; resume with ckpt_path=last (the newest run's "
-                                "last.ckpt), ckpt_path=checkpoints/<run> or ckpt_path=checkpoints/<run>/<file>.ckpt")
-    return path
-
-
 def load_checkpoint(path: Path) -> dict:
     """Checkpoint `path` as Lightning wrote it, memory-mapped on the CPU; read as data only
-    (`model.checkpoint.read_checkpoint`: raises UnsafeCheckpointError for anything else)."""
+    (`model.loading.read_checkpoint`: raises UnsafeCheckpointError for anything else)."""
     return read_checkpoint(path, mmap=True)
 
 
@@ -87,7 +72,8 @@ def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
     dropout and the attention backend may change on resume. A field the checkpoint predates
     (e.g. `phonology`) counts as GPTConfig's default, which it was trained with."""
     defaults = {f.name: f.default for f in fields(GPTConfig)}
-    saved = {**{k: v for k, v in defaults.items() if k not in ("head_cutoffs",)}, **ckpt["hyper_parameters"]["model"]}
+    saved = {**{k: v for k, v in defaults.items() if k != "head_cutoffs"},
+             **config_fields(ckpt["hyper_parameters"]["model"])}
     for key in model:
         if key in saved and key not in FREE_ON_RESUME and saved[key] != model[key]:
             raise ValueError(f"model.{key}: checkpoint {saved[key]}, asked {model[key]} "

@@ -8,9 +8,9 @@ in the nats, not in the characters; a BPE token counts the characters it begins,
 value is comparable between tokenizers). A NaN in validation stays NaN in both. Everything
 logged at one validation is logged at `global_step` (the steps trained so far, the step of
 the checkpoint names and the attention images). The tokenizer travels in every checkpoint, so a
-checkpoint is enough to sample (`model.engine.Engine.load`, or `load_for_inference` for the
-LightningModule; a tiktoken model also needs its encoding, from tiktoken's cache or the ranks
-file it was trained with). Inference goes through the engine the module holds (`engine`).
+checkpoint is enough to sample (`model.loading.load_engine`; a tiktoken model also needs its
+encoding, from tiktoken's cache or the ranks file it was trained with). Inference goes through
+the engine the module holds (`engine`).
 
 With plan tokens (`data/verse/plan.py`, `data.plan_tokens=true`) their predictions count in
 `val/bpc`'s nats too, over the same poem characters, so it stays comparable with models
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -29,10 +28,9 @@ from lightning.pytorch.callbacks import Timer
 from torchmetrics import SumMetric
 
 from data.datamodule import IGNORE
-from data.features import phonology_tables, token_kinds
 from data.tokenizer import tokenizer_from_state
-from model.engine import Engine, read_trained
-from model.gpt import GPT, GPTConfig, head_for_vocabulary
+from model.engine import Engine
+from model.loading import build_gpt
 from model.training.muon import MuonAdamW
 
 
@@ -49,23 +47,20 @@ class NonFiniteLossError(ValueError):
 
 
 class LitGPT(L.LightningModule):
-    """model: GPTConfig fields except vocab_size, the head decided for the vocabulary
-    (`model.gpt.head_for_vocabulary`, applied again here for checkpoints from before it: a no-op
-    otherwise); optim: lr, weight_decay, betas, warmup_steps, min_lr_ratio; tokenizer: its
-    `state_dict()`; script: corpus script. `engine`: the inference engine around the model."""
+    """model: GPTConfig fields except vocab_size (`model.loading.build_gpt` decides the head for
+    the vocabulary and fills the poem inputs' tables); optim: lr, weight_decay, betas,
+    warmup_steps, min_lr_ratio; tokenizer: its `state_dict()`; script: corpus script.
+    engine: a loaded model to validate (`evaluate.py`) instead of a new one built from these
+    (not a hyper-parameter). `engine`: the inference engine around the model, `gpt`: the model."""
 
-    def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified"):
+    def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified",
+                 engine: Engine | None = None):
         super().__init__()
-        self.save_hyperparameters(logger=False)  # into checkpoints; train.py logs the Hydra config instead
-        self.tokenizer = tokenizer_from_state(tokenizer)
-        self.gpt = GPT(GPTConfig(vocab_size=self.tokenizer.vocab_size,
-                                 **head_for_vocabulary(model, self.tokenizer.vocab_size)))
-        if self.gpt.cfg.phonology:  # the per-vocabulary ids; a loaded checkpoint's own buffers replace them
-            tables = phonology_tables(self.tokenizer, script)
-            self.gpt.set_phonology(torch.tensor(tables.groups), torch.tensor(tables.tones))
-        if hasattr(self.gpt, "token_kind"):
-            self.gpt.set_token_kinds(torch.tensor(token_kinds(self.tokenizer)))
-        self.engine = Engine(self.gpt, self.tokenizer, script)
+        self.save_hyperparameters(ignore=["engine"], logger=False)  # into checkpoints; train.py logs the Hydra config
+        if engine is None:
+            tok = tokenizer_from_state(tokenizer)
+            engine = Engine(build_gpt(model, tok, script), tok, script)
+        self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -79,7 +74,7 @@ class LitGPT(L.LightningModule):
         """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
         token counts (a resumed run then restores the order it was trained with)."""
         if stage == "fit" and (dm := getattr(self.trainer, "datamodule", None)) is not None:
-            self.gpt.set_token_counts(torch.from_numpy(dm.token_counts()))
+            self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
 
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
@@ -185,20 +180,3 @@ def lr_factor(step: int, warmup: int, floor: float, progress: float) -> float:
         return (step + 1) / warmup
     progress = min(1.0, max(0.0, progress))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def load_for_inference(ckpt_path: str | Path, device: str | torch.device = "cpu",
-                       attention: str | None = None) -> LitGPT:
-    """A trained LitGPT from a checkpoint file, in eval mode on `device`.
-
-    attention: override the backend the model was trained with (e.g. 'sdpa').
-    raises FileNotFoundError naming the path if it does not exist; UnsafeCheckpointError if the
-    file holds more than tensors and plain containers (nothing in it runs).
-    """
-    ckpt = read_trained(ckpt_path)
-    hp = ckpt["hyper_parameters"]
-    if attention is not None:
-        hp = {**hp, "model": {**hp["model"], "attention": attention}}
-    lit = LitGPT(**hp)
-    lit.load_state_dict(ckpt["state_dict"])
-    return lit.to(device).eval()

@@ -8,13 +8,17 @@ import lightning as L
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from data.datamodule import PoetryDataModule
+from model.engine import Engine
+from model.loading import model_fields
 from model.training.lit import LitGPT
 
 
-def validation_metrics(lit: LitGPT, datamodule: PoetryDataModule, accelerator: str = "cpu") -> dict[str, float]:
-    """`val/loss` and `val/bpc` of the model by Lightning's `validate` on the data module, so
-    they follow its validation protocol exactly as in training. raises ValueError if the data
-    module's vocabulary is not the model's."""
+def validation_metrics(engine: Engine, datamodule: PoetryDataModule) -> dict[str, float]:
+    """`val/loss` and `val/bpc` of a loaded model (`model.loading.load_engine`) by Lightning's
+    `validate` on the data module, on the engine's device, so they follow its validation protocol
+    exactly as in training. raises ValueError if the data module's vocabulary is not the model's."""
+    lit = LitGPT(model_fields(engine.model.cfg), {}, engine.tokenizer.state_dict(), engine.script, engine=engine)
+    accelerator = "gpu" if engine.device.type == "cuda" else "cpu"
     if datamodule.tokenizer.state_dict() != lit.tokenizer.state_dict():
         raise ValueError("the prepared corpus gives another vocabulary than the checkpoint's; val/bpc needs the "
                          "data it was trained on (same corpus, script and tokenizer), or val_bpc=false")

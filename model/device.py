@@ -1,4 +1,5 @@
-"""The machine a benchmark ran on, as one line for its JSON and for docs/results.md."""
+"""The device a script runs on (`resolve_device`), and the machine, as one line for a result's
+JSON and for docs/results.md (`describe`)."""
 from __future__ import annotations
 
 import os
@@ -21,3 +22,18 @@ def describe(device: str = "cpu") -> str:
     except (OSError, StopIteration):
         pass
     return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def resolve_device(device: str) -> str:
+    """`auto` → `cuda` where torch sees a CUDA GPU, else `cpu`; any other device name unchanged.
+    raises ValueError for a name torch does not know, or a CUDA device on a machine (or torch build) without one."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f"device={device} is not a device torch knows; use device=auto, cpu or cuda") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device} but this machine has no CUDA GPU (or this torch build has no CUDA); "
+                         "use device=cpu or device=auto")
+    return device

@@ -1,0 +1,170 @@
+"""Which checkpoint, and loading it: the one place every entry point, the studio, resuming and
+the benchmarks find and read a checkpoint, and the one builder of a GPT for a tokenizer.
+
+- `find_checkpoint`: `ckpt_path` as every script takes it: None or `last` (the newest
+  `last.ckpt` under the checkpoints folder), a run folder (its `last.ckpt`) or a file.
+- `read_checkpoint`: a file → its dict, read as data only (below).
+- `build_gpt`: a GPT for a tokenizer, its head decided for the vocabulary and its poem-input
+  tables filled (training, loading, and the "model at initialisation" of attention_maps.py).
+- `load_engine`: a checkpoint → the inference engine (model, tokenizer, script) on a device
+  with an attention backend, checked once before any work.
+
+A `.ckpt` is a pickle, and unpickling can call any function a file names (`os.system`, ...).
+`torch.load(..., weights_only=True)` (PyTorch's default since 2.6) rebuilds only tensors, numbers,
+strings, lists, tuples and dicts and refuses anything else before calling it; the checkpoints this
+project writes hold nothing else (tests/test_checkpoint_safety.py).
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from data.features import phonology_tables, token_kinds
+from data.tokenizer import Tokenizer, tokenizer_from_state
+from model.attention import check_backend
+from model.device import resolve_device
+from model.engine import Engine
+from model.gpt import GPT, GPTConfig
+
+log = logging.getLogger(__name__)
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint names callables or classes beyond plain tensors and containers: it was refused
+    without running any of them. A ValueError, so the entry points report it in one line."""
+
+    def __init__(self, path: Path, names: list[str]):
+        super().__init__(f"{path} holds {', '.join(names)}, not only tensors, numbers, strings, lists and dicts; "
+                         "refused unread, since loading it could run code. Use a checkpoint written by train.py")
+
+
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
+    """The dict saved in checkpoint file `path`, its tensors on the CPU (memory-mapped with `mmap`).
+
+    raises UnsafeCheckpointError naming what the file would import beyond plain data (e.g.
+    `posix.system`), before anything in it runs; ValueError if torch cannot read it as a checkpoint.
+    """
+    path = Path(path)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        if names := _refused_globals(path, str(err)):
+            raise UnsafeCheckpointError(path, names) from None
+        detail = re.search(r"WeightsUnpickler error: \s*(.+)", str(err))
+        raise ValueError(f"{path} is not a checkpoint torch can read ({detail[1].strip() if detail else err})") from None
+    except (RuntimeError, OSError, EOFError, KeyError) as err:  # a truncated or foreign file
+        raise ValueError(f"{path} is not a checkpoint torch can read ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict")
+    return ckpt
+
+
+def _refused_globals(path: Path, message: str) -> list[str]:
+    """The globals weights_only refused: every one a zip checkpoint names beyond plain data, else
+    the one torch's error message names; [] if it refused the file for another reason."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except ValueError:  # not torch's zip format: a legacy or hand-made pickle
+        names = []
+    return names or re.findall(r"GLOBAL (\S+) was not an allowed", message)
+
+
+def find_checkpoint(ckpt_path: str | Path | None, checkpoint_dir: str | Path) -> Path:
+    """The checkpoint file `ckpt_path` names: None or `last` → the newest `*/last.ckpt` under
+    checkpoint_dir; a folder → its `last.ckpt`; a file → itself. raises FileNotFoundError
+    naming what is missing."""
+    if ckpt_path is None or str(ckpt_path) in ("", "last"):
+        found = sorted(Path(checkpoint_dir).glob("*/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise FileNotFoundError(f"no checkpoint under {checkpoint_dir}; train one with `python train.py` "
+                                    "or pass ckpt_path=...")
+        return found[-1]
+    path = Path(ckpt_path)
+    if path.is_dir():
+        path = path / "last.ckpt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found; train one with `python train.py`, or pass ckpt_path=last "
+                                "(the newest run's last.ckpt), ckpt_path=checkpoints/<run> or "
+                                "ckpt_path=checkpoints/<run>/<file>.ckpt")
+    return path
+
+
+def config_fields(saved: dict) -> dict:
+    """GPTConfig fields (less vocab_size) of a checkpoint's `hyper_parameters["model"]`, written
+    by any version of train.py: `attention` (the backend's former name) becomes `backend`, and the
+    poem inputs' counts that checkpoints never needed (`phon_groups`, …) are dropped."""
+    saved = {("backend" if k == "attention" else k): v for k, v in saved.items()}
+    return {k: v for k, v in saved.items() if k not in ("phon_groups", "phon_tones", "phon_readings")}
+
+
+def model_fields(cfg: GPTConfig) -> dict:
+    """A GPTConfig as the model fields a checkpoint saves (less vocab_size)."""
+    return {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
+
+
+def head_for_vocabulary(model: dict, vocab_size: int) -> dict:
+    """The model fields `model` (GPTConfig's, without vocab_size) with the output head decided for
+    a vocabulary of vocab_size ids, said in the log when it differs from what was asked: adaptive
+    cutoffs at or past the vocabulary are dropped, and a vocabulary below the first cutoff (e.g. a
+    small BPE vocabulary) gets the tied head, since there is no tail to save on. Idempotent."""
+    if model.get("head") != "adaptive":
+        return model
+    asked = tuple(model.get("head_cutoffs", GPTConfig.head_cutoffs))
+    cutoffs = tuple(c for c in asked if c < vocab_size)
+    if cutoffs == asked:
+        return model
+    if not cutoffs:
+        log.info(f"model.head=tied: the vocabulary of {vocab_size} tokens is below the adaptive head's first cutoff "
+                 f"{asked[0]}, so there is no tail cluster to save on")
+        return {**model, "head": "tied", "head_cutoffs": []}
+    log.info(f"model.head_cutoffs={list(cutoffs)}: the cutoffs {[c for c in asked if c >= vocab_size]} are not below "
+             f"the vocabulary of {vocab_size} tokens")
+    return {**model, "head_cutoffs": list(cutoffs)}
+
+
+def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified") -> GPT:
+    """A new GPT for `tokenizer`: model, GPTConfig fields less vocab_size (`config_fields` of a
+    checkpoint's are fine), the head decided for the vocabulary (`head_for_vocabulary`); the poem
+    inputs' tables filled from the data layer (`data.features`) for the tokenizer's characters read
+    in `script`. Its weights are drawn from torch's generator as GPT(cfg) draws them.
+    raises ValueError as GPT."""
+    fields_ = head_for_vocabulary(config_fields(model), tokenizer.vocab_size)
+    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **fields_))
+    if gpt.cfg.phonology:
+        tables = phonology_tables(tokenizer, script)
+        gpt.poem.set_phonology(torch.tensor(tables.groups), torch.tensor(tables.tones))
+    if gpt.poem is not None and hasattr(gpt.poem, "token_kind"):
+        gpt.poem.set_token_kinds(torch.tensor(token_kinds(tokenizer)))
+    return gpt
+
+
+def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "checkpoints", device: str = "cpu",
+                backend: str | None = None) -> Engine:
+    """The inference engine of a checkpoint (`find_checkpoint`), its model in eval mode on
+    `device` (auto | cpu | cuda | cuda:N; `model.device.resolve_device`), `engine.path` the file.
+
+    backend: run with another attention backend than the checkpoint's (naive | sdpa | flash).
+    raises FileNotFoundError (no such checkpoint), UnsafeCheckpointError / ValueError (not a
+    checkpoint torch reads as data; device=cuda without a GPU), BackendUnavailableError (the
+    backend cannot run there): all before any work.
+    """
+    device = resolve_device(device)
+    path = find_checkpoint(ckpt_path, checkpoint_dir)
+    ckpt = read_checkpoint(path)
+    hp = ckpt["hyper_parameters"]
+    tokenizer = tokenizer_from_state(hp["tokenizer"])
+    model = {**hp["model"], **({"backend": backend} if backend is not None else {})}
+    script = hp.get("script", "simplified")
+    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **head_for_vocabulary(config_fields(model),
+                                                                                tokenizer.vocab_size)))
+    gpt.load_state_dict({k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")})
+    gpt = gpt.to(device).eval()
+    cfg = gpt.cfg
+    check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
+    return Engine(gpt, tokenizer, script, path)
