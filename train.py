@@ -21,7 +21,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.gpt import GPT, MODEL_FIELDS, GPTConfig
+from model.gpt import MODEL_FIELDS
 from model.loading import find_checkpoint, head_for_vocabulary
 from model.training.checkpoints import (
     AtomicCheckpointIO,
@@ -36,7 +36,6 @@ from model.training.progress import StepProgressBar
 from model.training.runtime import (
     check_attention_backend,
     check_new_run_folder,
-    choose_cpu_precision,
     compile_or_eager,
     instantiate_loggers,
     resolve_precision,
@@ -47,7 +46,6 @@ from model.training.runtime import (
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
 log = logging.getLogger(__name__)
-PROBE_VOCAB = 8192  # the CPU precision probe times the model's shape with a stand-in vocabulary of this size
 HEAD_FIELDS = ("head", "head_cutoffs")  # decided for the vocabulary (head_for_vocabulary): checked once it is known
 
 
@@ -62,10 +60,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
-    on_cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
-    if str(cfg.trainer.precision) == "auto" and on_cpu:  # bf16 autocast only where it is measured faster
-        cfg.trainer.precision = choose_cpu_precision(lambda: GPT(GPTConfig(vocab_size=PROBE_VOCAB, **model_cfg)),
-                                                     cfg.data.batch_size, cfg.model.block_size, PROBE_VOCAB, log.info)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None

@@ -98,21 +98,15 @@ def test_bf16_autocast_trains_like_float32():
     assert bf16[-1] < bf16[0] - 0.5  # it does learn
 
 
-def test_cpu_precision_is_float32_without_bf16_units_and_measured_with_them(monkeypatch):
-    from model.gpt import GPT, GPTConfig
-    from model.training import runtime
-
-    said = []
-    monkeypatch.setattr(runtime, "cpu_has_bf16_units", lambda: False)
-    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "32-true"
-    assert "no bfloat16 matrix units" in said[-1]
-    monkeypatch.setattr(runtime, "cpu_has_bf16_units", lambda: True)
-    times = {torch.float32: 2.0, torch.bfloat16: 1.0}
-    monkeypatch.setattr(runtime, "step_seconds", lambda model, idx, dtype: times[dtype])
-    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "bf16-mixed"
-    times[torch.bfloat16] = 3.0  # never where it would be slower
-    assert runtime.choose_cpu_precision(lambda: GPT(GPTConfig(**RECIPE)), 4, 16, 60, said.append) == "32-true"
-    assert "2000 ms in float32, 3000 ms in bfloat16" in said[-1]
+def test_auto_precision_is_a_rule_said_once_that_draws_nothing(monkeypatch, caplog):
+    """Issue 24, item 3: the same choice at every run and rank, even on a CPU with bfloat16 units."""
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True, "avx512_bf16": True}, raising=False)
+    torch.manual_seed(3)
+    before = torch.random.get_rng_state()
+    with caplog.at_level("INFO", logger="model.training.runtime"):
+        assert [resolve_precision("auto", "cpu") for _ in range(3)] == ["32-true"] * 3
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert caplog.text.count("trainer.precision=auto: 32-true (the CPU; set trainer.precision to choose)") == 3
 
 
 def test_compiled_model_trains_like_the_eager_one_and_keeps_its_keys():

@@ -235,7 +235,8 @@ def test_unreachable_encoding_stops_training_before_any_work(train_cfg, tmp_path
     assert not (tmp_path / "cache").exists()
 
 
-def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
+@pytest.mark.parametrize("precision", ["32-true", "auto"])
+def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch, precision):
     """attention_maps.py's "at initialisation" baseline: GPT(cfg) right after torch.manual_seed(seed)
     (in `model.loading.build_gpt`, which then fills the tables)."""
     import model.loading
@@ -249,7 +250,9 @@ def test_training_starts_from_the_seeded_initialisation(train_cfg, monkeypatch):
             built.update(cfg=cfg, state={k: v.clone() for k, v in self.state_dict().items()})
 
     monkeypatch.setattr(model.loading, "GPT", Recorded)
-    train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none"))
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True}, raising=False)  # units or not
+    train_script.train(train_cfg("seed=7", "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none",
+                                 f"trainer.precision={precision}"))
     torch.manual_seed(7)
     fresh = GPT(built["cfg"]).state_dict()
     assert all(torch.equal(fresh[k], v) for k, v in built["state"].items())

@@ -1,4 +1,4 @@
-"""Start-up decisions made from the machine rather than the config: precision, wandb mode,
+"""Start-up decisions made from the machine rather than the config: precision (a rule), wandb mode,
 the attention backend check, the run's unique name, validation interval in optimizer steps.
 Kept apart so `train.py` only wires."""
 from __future__ import annotations
@@ -80,8 +80,10 @@ def run_name_for_all_ranks(run_name: str) -> Iterator[None]:
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
-    """'auto' → 'bf16-mixed' where a CUDA GPU supports bfloat16 (and the accelerator
-    allows a GPU), else '32-true'. Half precision the device cannot train in is converted,
+    """'auto' → 'bf16-mixed' where a CUDA GPU supports bfloat16 (and the accelerator allows a
+    GPU), else '32-true': a rule, so every run and every rank on a machine gets the same choice,
+    said in one log line (on the CPU bfloat16 autocast never made the default run faster, even
+    with bfloat16 units: docs/training.md, "Precision"). Half precision the device cannot train in is converted,
     with a log line: with float16 weights (`16-true`) AdamW's eps (1e-8) rounds to 0, so a
     weight whose gradient is 0 (the embedding row of a token not in the batch) gets 0/0 = NaN
     at the first step: `16-mixed` on a GPU (float32 weights, scaled float16 compute); on the
@@ -90,7 +92,10 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     precision = str(precision)
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if precision == "auto":
-        return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+        choice = "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+        why = "a CUDA GPU with bfloat16" if choice != "32-true" else "a GPU without bfloat16" if on_gpu else "the CPU"
+        log.info(f"trainer.precision=auto: {choice} ({why}; set trainer.precision to choose)")
+        return choice
     if on_gpu:
         converted = "16-mixed" if precision == "16-true" else None
     else:
@@ -156,46 +161,6 @@ def check_attention_backend(trainer, backend: str, dropout: float, d_k: int) -> 
     device_type = trainer.strategy.root_device.type
     check_backend(backend, device_type, compute_dtype(str(trainer.precision)), dropout, d_k)
 
-
-
-def cpu_has_bf16_units() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AMX-BF16 or AVX-512 BF16), per
-    `torch.cpu.get_capabilities` (False where this torch cannot tell)."""
-    caps = getattr(torch.cpu, "get_capabilities", lambda: {})()
-    return bool(caps.get("amx_bf16") or caps.get("avx512_bf16"))
-
-
-def step_seconds(model: torch.nn.Module, idx: torch.Tensor, dtype: torch.dtype, steps: int = 3) -> float:
-    """Median seconds of a training step (forward, backward) of `model` on idx: (B, T) int64
-    under CPU autocast to `dtype` (float32: no autocast), after one warm-up step."""
-    import time
-
-    times = []
-    for i in range(steps + 1):
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            loss = model.loss(idx, idx)
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        if i:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
-def choose_cpu_precision(make_model, batch_size: int, block_size: int, vocab_size: int, log=print) -> str:
-    """'bf16-mixed' where the CPU has bfloat16 matrix units *and* a few timed training steps of
-    this model run faster in bfloat16 autocast than in float32, else '32-true'; says which and
-    why through `log`. make_model: () → a fresh model (its weights do not matter)."""
-    if not cpu_has_bf16_units():
-        log("precision: 32-true (this CPU has no bfloat16 matrix units: AMX-BF16 / AVX-512 BF16)")
-        return "32-true"
-    model = make_model().train()
-    idx = torch.randint(0, vocab_size, (batch_size, block_size))
-    fp32, bf16 = step_seconds(model, idx, torch.float32), step_seconds(model, idx, torch.bfloat16)
-    choice = "bf16-mixed" if bf16 < fp32 else "32-true"
-    log(f"precision: {choice} (bfloat16 units present; a training step takes {fp32 * 1e3:.0f} ms in float32, "
-        f"{bf16 * 1e3:.0f} ms in bfloat16 autocast)")
-    return choice
 
 
 def compile_or_eager(module: torch.nn.Module, log=print) -> bool:
