@@ -367,10 +367,47 @@ def readme_blocks(res: dict) -> dict[str, str]:
                   f"at `val/bpc` ≈ {n(d['poems']['val_bpc'], 1)} (bits per held-out character; "
                   "[results](docs/results.md#the-default-run))."),
         "sample": readme_sample(res.get("evaluate-default-cpu", {})),
+        "caption": readme_caption(res.get("attention-maps-default-cpu", {})),
         "headline": "\n\n".join([table(FIXED_TIME_HEADER, fixed_time_rows(ft["runs"])),
                                  f"{ft['machine']}; `python benchmarks/fixed_time.py`, "
                                  "[more results](docs/results.md)."]),
     }
+
+
+FIGURE_LAYER = 3
+"""The layer of the README's figure, docs/attention-maps-default-run-layer3.png (a copy of
+`attention_maps.py`'s layer3.png for the default run)."""
+MASS = {"rhyme head": ("prev_line_rhyme", "the last character of the line before, where a rhyme sits"),
+        "previous-token head": ("prev_token", "the character before"),
+        "punctuation head": ("punctuation", "the line marks"),
+        "first-token head": ("first_token", "`<bos>`"),
+        "parallel-position head": ("prev_line_next_pos", "the same place in the line before"),
+        "same-position head": ("prev_line_same_pos", "the same position in the line before"),
+        "self head": ("self", "itself")}
+"""A head pattern → the statistic it is named after, and what that statistic looks at."""
+PLAIN = {"focused": "focused (on a few keys, at no place named here)",
+         "random-like": "random-like (as spread as the random maps)"}
+
+
+def readme_caption(a: dict) -> str:
+    """The README figure's caption: what each head of FIGURE_LAYER does on the held-out poems."""
+    if not a:
+        return "*(pending: `benchmarks/results/attention-maps-default-cpu.json`)*"
+    r = a["heldout"] or a["probe"]
+    where = f"on {r['poems']} held-out poems" if a["heldout"] else "on the probe line"
+    said = []
+    for h in (h for h in r["heads"] if h["layer"] == FIGURE_LAYER):
+        if h["pattern"] in MASS:
+            stat, what = MASS[h["pattern"]]
+            base = r["baselines"]["random_qk"][stat]["mean"]
+            said.append(f"head {h['head']} is a {h['pattern']} ({h[stat]:.2f} of its weight on {what}; "
+                        f"the lesson's random maps {base:.2f})")
+        else:
+            said.append(f"head {h['head']} is {PLAIN.get(h['pattern'], h['pattern'])}")
+    return (f"*Layer {FIGURE_LAYER} of the default run on 「{a['text']}」: the trained heads (top row), the same heads "
+            "at initialisation, and the random-q/k maps of the attention lesson. Named by where they look "
+            f"{where}: {'; '.join(said)}.\nEvery head's figures: [results](docs/results.md#the-default-runs-heads); "
+            "how to read the figure: [attention maps](docs/attention-maps.md).*")
 
 
 def readme_sample(e: dict) -> str:

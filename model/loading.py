@@ -128,18 +128,18 @@ def head_for_vocabulary(model: dict, vocab_size: int) -> dict:
     return {**model, "head_cutoffs": list(cutoffs)}
 
 
-def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified") -> GPT:
+def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tables: bool = True) -> GPT:
     """A new GPT for `tokenizer`: model, GPTConfig fields less vocab_size (`config_fields` of a
-    checkpoint's are fine), the head decided for the vocabulary (`head_for_vocabulary`); the poem
-    inputs' tables filled from the data layer (`data.features`) for the tokenizer's characters read
-    in `script`. Its weights are drawn from torch's generator as GPT(cfg) draws them.
-    raises ValueError as GPT."""
-    fields_ = head_for_vocabulary(config_fields(model), tokenizer.vocab_size)
-    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **fields_))
-    if gpt.cfg.phonology:
-        tables = phonology_tables(tokenizer, script)
-        gpt.poem.set_phonology(torch.tensor(tables.groups), torch.tensor(tables.tones))
-    if gpt.poem is not None and hasattr(gpt.poem, "token_kind"):
+    checkpoint's are fine), the head decided for the vocabulary (`head_for_vocabulary`); with
+    `tables`, the poem inputs' tables filled from the data layer (`data.features`) for the
+    tokenizer's characters read in `script` (False: a checkpoint's buffers will replace them).
+    Its weights are drawn from torch's generator as GPT(cfg) draws them. raises ValueError as GPT."""
+    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size,
+                        **head_for_vocabulary(config_fields(model), tokenizer.vocab_size)))
+    if tables and gpt.cfg.phonology:
+        groups_tones = phonology_tables(tokenizer, script)
+        gpt.poem.set_phonology(torch.tensor(groups_tones.groups), torch.tensor(groups_tones.tones))
+    if tables and gpt.poem is not None and hasattr(gpt.poem, "token_kind"):
         gpt.poem.set_token_kinds(torch.tensor(token_kinds(tokenizer)))
     return gpt
 
@@ -159,10 +159,9 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     ckpt = read_checkpoint(path)
     hp = ckpt["hyper_parameters"]
     tokenizer = tokenizer_from_state(hp["tokenizer"])
-    model = {**hp["model"], **({"backend": backend} if backend is not None else {})}
+    model = {**config_fields(hp["model"]), **({"backend": backend} if backend is not None else {})}
     script = hp.get("script", "simplified")
-    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **head_for_vocabulary(config_fields(model),
-                                                                                tokenizer.vocab_size)))
+    gpt = build_gpt(model, tokenizer, script, tables=False)  # the checkpoint's weights and tables replace the new ones
     gpt.load_state_dict({k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")})
     gpt = gpt.to(device).eval()
     cfg = gpt.cfg
