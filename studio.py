@@ -1,5 +1,5 @@
-"""The poem studio: `python studio.py [ckpt_path=…] [port=8000] [host=127.0.0.1]`, then open the
-printed address. A page to write poems with every `sample.py` control, watch them stream in,
+"""The poem studio: `python studio.py [ckpt_path=…] [port=8000] [host=127.0.0.1] [allowed_hosts=[…]]`, then
+open the printed address. A page to write poems with every `sample.py` control, watch them stream in,
 click a character for the attention of the step that drew it, regenerate a line, copy the poem
 (model/studio/server.py; docs/studio.md). One process, no login, nothing from the network.
 """
@@ -13,19 +13,24 @@ import uvicorn
 from omegaconf import DictConfig
 
 from model.cli import USER_ERRORS, exit_on_user_error, quote_non_ascii_overrides
-from model.studio.server import create_app
+from model.studio.server import LOOPBACK, create_app
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
 
 def serve(cfg: DictConfig) -> None:
     """Serve the studio at cfg.host:cfg.port until Ctrl-C; a missing checkpoint is reported, not fatal."""
-    app = create_app(cfg.paths.checkpoint_dir, cfg.ckpt_path, cfg.device, cfg.backend)
+    app = create_app(cfg.paths.checkpoint_dir, cfg.ckpt_path, cfg.device, cfg.backend, tuple(cfg.allowed_hosts),
+                     tuple(cfg.allowed_folders))
     try:  # load the default checkpoint now, so that the first poem starts at once
         _, path = app.state.engine_for(None)
         print(f"checkpoint {path}")
     except USER_ERRORS as err:  # the page shows it too, until there is one
         print(f"error: {err}", file=sys.stderr)
+    if cfg.host not in LOOPBACK:
+        print(f"studio: host={cfg.host} serves every client that can reach port {cfg.port} of this machine, with no "
+              f"login: they can write poems and read the checkpoints under {cfg.paths.checkpoint_dir}; requests must "
+              f"name it as {', '.join([*LOOPBACK, *cfg.allowed_hosts])} (allowed_hosts=[…] adds its names)", flush=True)
     print(f"studio: http://{cfg.host}:{cfg.port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
 

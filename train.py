@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.gpt import MODEL_FIELDS
-from model.loading import find_checkpoint, head_for_vocabulary
+from model.loading import find_checkpoint, head_for_vocabulary, load_weights
 from model.training.checkpoints import (
     AtomicCheckpointIO,
     check_same_shape,
@@ -89,6 +89,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
+    if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
+        load_weights(model, saved["state_dict"], ckpt_path)
     if cfg.compile:
         compile_or_eager(model.gpt, log.info)
     for lg in trainer.loggers:

@@ -43,11 +43,15 @@ class UnsafeCheckpointError(ValueError):
                          "refused unread, since loading it could run code. Use a checkpoint written by train.py")
 
 
+EXPECTED = "expected a checkpoint written by this project's train.py, e.g. checkpoints/<run>/last.ckpt"
+
+
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     """The dict saved in checkpoint file `path`, its tensors on the CPU (memory-mapped with `mmap`).
 
     raises UnsafeCheckpointError naming what the file would import beyond plain data (e.g.
-    `posix.system`), before anything in it runs; ValueError if torch cannot read it as a checkpoint.
+    `posix.system`), before anything in it runs; ValueError in one line if torch cannot read it
+    as a checkpoint (a text file, a truncated file, a folder, ...).
     """
     path = Path(path)
     try:
@@ -56,13 +60,52 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
         if names := _refused_globals(path, str(err)):
             raise UnsafeCheckpointError(path, names) from None
         detail = re.search(r"WeightsUnpickler error: \s*(.+)", str(err))
-        raise ValueError(f"{path} is not a checkpoint torch can read ({detail[1].strip() if detail else err})") from None
-    except (RuntimeError, OSError, EOFError, KeyError) as err:  # a truncated or foreign file
+        raise ValueError(f"{path} is not a checkpoint torch can read ({detail[1].strip() if detail else err}); "
+                         f"{EXPECTED}") from None
+    except Exception as err:  # noqa: BLE001 — whatever a foreign file makes torch raise (IndexError for text, ...)
         raise ValueError(f"{path} is not a checkpoint torch can read ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
+                         f"{str(err).splitlines()[0] if str(err) else 'no detail'}); {EXPECTED}") from None
     if not isinstance(ckpt, dict):
-        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict")
+        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict; {EXPECTED}")
     return ckpt
+
+
+def read_trained(path: str | Path, mmap: bool = False) -> dict:
+    """A checkpoint train.py wrote (`hyper_parameters` with the model, tokenizer and script; a
+    Lightning `state_dict`), read as `read_checkpoint` reads it. raises UnsafeCheckpointError as
+    `read_checkpoint`; ValueError in one line saying what else the file is: not a torch file, a
+    nanoGPT checkpoint, a bare state_dict, or a checkpoint without this project's settings."""
+    ckpt = read_checkpoint(path, mmap)
+    if "model_args" in ckpt and "model" in ckpt:
+        args = ckpt["model_args"] if isinstance(ckpt["model_args"], dict) else {}
+        shape = ", ".join(f"{k}={args[k]}" for k in ("n_layer", "n_head", "n_embd", "block_size") if k in args)
+        raise ValueError(f"{path} is a nanoGPT checkpoint ({shape}, iteration {ckpt.get('iter_num', '?')}), not one of "
+                         f"this project's: it has no tokenizer and another network; {EXPECTED}")
+    if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        raise ValueError(f"{path} is a bare state_dict ({len(ckpt)} tensors, e.g. {next(iter(ckpt))}) without the "
+                         f"model's settings and tokenizer; {EXPECTED}")
+    hp = ckpt.get("hyper_parameters")
+    missing = [k for k in ("model", "tokenizer") if not isinstance(hp, dict) or not isinstance(hp.get(k), dict)]
+    if missing or not isinstance(ckpt.get("state_dict"), dict):
+        what = f"hyper_parameters {', '.join(missing)}" if isinstance(hp, dict) and missing else \
+            "hyper_parameters" if missing else "state_dict"
+        raise ValueError(f"{path} is a checkpoint without {what} (its keys: {', '.join(map(str, list(ckpt)[:6]))}); "
+                         f"{EXPECTED}")
+    return ckpt
+
+
+def load_weights(module: torch.nn.Module, state_dict: dict, path: Path) -> None:
+    """Load state_dict into module (strict). raises ValueError in one line naming the first key that
+    is missing, unexpected or of another shape: a checkpoint whose weights do not fit its own settings."""
+    try:
+        missing, unexpected = module.load_state_dict(state_dict, strict=False)
+    except RuntimeError as err:  # a size mismatch
+        first = next((line.strip() for line in str(err).splitlines()[1:] if line.strip()), str(err))
+        raise ValueError(f"{path} is a checkpoint of another shape than its settings say ({first}); {EXPECTED}") from None
+    if missing or unexpected:
+        first = f"unexpected key {unexpected[0]}" if unexpected else f"missing key {missing[0]}"
+        raise ValueError(f"{path} is a checkpoint of another shape than its settings say ({first}, "
+                         f"{len(missing)} missing, {len(unexpected)} unexpected); {EXPECTED}")
 
 
 def _refused_globals(path: Path, message: str) -> list[str]:
@@ -98,9 +141,13 @@ def find_checkpoint(ckpt_path: str | Path | None, checkpoint_dir: str | Path) ->
 def config_fields(saved: dict) -> dict:
     """GPTConfig fields (less vocab_size) of a checkpoint's `hyper_parameters["model"]`, written
     by any version of train.py: `attention` (the backend's former name) becomes `backend`, and the
-    poem inputs' counts that checkpoints never needed (`phon_groups`, …) are dropped."""
+    poem inputs' counts that checkpoints never needed (`phon_groups`, …) are dropped.
+    raises ValueError naming a field GPTConfig does not have."""
     saved = {("backend" if k == "attention" else k): v for k, v in saved.items()}
-    return {k: v for k, v in saved.items() if k not in ("phon_groups", "phon_tones", "phon_readings")}
+    saved = {k: v for k, v in saved.items() if k not in ("phon_groups", "phon_tones", "phon_readings")}
+    if unknown := sorted(set(saved) - {f.name for f in fields(GPTConfig)} - {"vocab_size"}):
+        raise ValueError(f"model.{unknown[0]} is not a setting of this project's GPT (model/gpt.py GPTConfig)")
+    return saved
 
 
 def model_fields(cfg: GPTConfig) -> dict:
@@ -156,13 +203,13 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     """
     device = resolve_device(device)
     path = find_checkpoint(ckpt_path, checkpoint_dir)
-    ckpt = read_checkpoint(path)
+    ckpt = read_trained(path)
     hp = ckpt["hyper_parameters"]
     tokenizer = tokenizer_from_state(hp["tokenizer"])
     model = {**config_fields(hp["model"]), **({"backend": backend} if backend is not None else {})}
     script = hp.get("script", "simplified")
     gpt = build_gpt(model, tokenizer, script, tables=False)  # the checkpoint's weights and tables replace the new ones
-    gpt.load_state_dict({k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")})
+    load_weights(gpt, {k.removeprefix("gpt."): v for k, v in ckpt["state_dict"].items() if k.startswith("gpt.")}, path)
     gpt = gpt.to(device).eval()
     cfg = gpt.cfg
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)

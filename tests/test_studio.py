@@ -37,7 +37,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app(ckpt):
-    return create_app(ckpt.parents[1])
+    return create_app(ckpt.parents[1], allowed_hosts=("testserver",))  # Starlette's test client's Host
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +139,8 @@ def sample_error(ckpt, **options) -> str:
     {"top_p": 1.5}, {"form": "ci"}, {"max_new_tokens": 10, "form": "qilv"},
 ])
 def test_bad_input_gets_sample_pys_one_line_message_and_the_server_keeps_serving(client, ckpt, options):
+    if "ckpt_path" in options:  # inside the checkpoints folder, the only one a page may name
+        options = {**options, "ckpt_path": str(ckpt.parents[1] / options["ckpt_path"])}
     status, text = post(client, options)
     message = json.loads(text)["error"]
     assert status == 400 and message == sample_error(ckpt, **options) and "\n" not in message
@@ -154,7 +156,7 @@ def test_bad_input_gets_sample_pys_one_line_message_and_the_server_keeps_serving
 def test_malformed_requests_get_a_one_line_message(client, body, said):
     status, text = post(client, body)
     assert status == 400 and json.loads(text)["error"].startswith(said)
-    r = client.post("/generate", content=b"{not json")
+    r = client.post("/generate", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"].startswith("error: the request is not JSON in UTF-8: ")
 
 
@@ -166,8 +168,14 @@ def test_the_studio_script_binds_localhost_and_serves_without_a_checkpoint(tmp_p
     studio_script.serve(cfg)
     assert (served["host"], served["port"], cfg.ckpt_path) == ("127.0.0.1", 8000, None)
     assert f"error: no checkpoint under {tmp_path}" in capsys.readouterr().err
-    info = TestClient(served["app"]).get("/options").json()
+    info = TestClient(served["app"], base_url="http://127.0.0.1:8000").get("/options").json()  # as its page asks
     assert info["error"].startswith(f"error: no checkpoint under {tmp_path}") and "model" not in info
+    cfg.host, cfg.allowed_hosts = "0.0.0.0", ["poems.lan"]
+    studio_script.serve(cfg)
+    assert ("studio: host=0.0.0.0 serves every client that can reach port 8000 of this machine, with no login: they "
+            f"can write poems and read the checkpoints under {tmp_path}; requests must name it as localhost, "
+            "127.0.0.1, ::1, poems.lan") in capsys.readouterr().out
+    assert TestClient(served["app"], base_url="http://poems.lan:8000").get("/status").status_code == 200
 
 
 @pytest.fixture
@@ -258,7 +266,7 @@ def test_a_plan_model_draws_its_plan_then_reads_the_prompt(tmp_path):
     ckpt = tmp_path / "run" / "last.ckpt"
     ckpt.parent.mkdir()
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, ckpt)
-    client = TestClient(create_app(tmp_path))
+    client = TestClient(create_app(tmp_path, allowed_hosts=("testserver",)))
     assert client.get("/options").json()["model"]["plan"] is True
     options = {"prompt": "床前明月光", "form": "wujue", "control": "both", "seed": 2}
     status, text = post(client, options)

@@ -12,11 +12,16 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+MAX_TEMPERATURE = 1e6
+"""Far past uniform sampling already, and far below float32's range (where logits / temperature
+turn -inf into NaN)."""
+
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    """raises ValueError for temperature < 0, top_k < 1, or top_p outside (0, 1]."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be ≥ 0 (0 = greedy), got {temperature}")
+    """raises ValueError for a temperature outside [0, MAX_TEMPERATURE] (NaN included), top_k < 1,
+    or top_p outside (0, 1]."""
+    if not 0 <= temperature <= MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be ≥ 1 (or null for the whole vocabulary), got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:

@@ -14,6 +14,13 @@ serves it with uvicorn, one process, no database):
   `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
 - `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
 
+Only its own page can drive it (`LocalOnly`, as local servers such as Jupyter's do): a request
+whose `Host` is not a loopback name (`localhost`, `127.0.0.1`, `[::1]`, any port) or one of
+`allowed_hosts` is refused (a DNS-rebinding page cannot read it), as is one whose `Origin` is not
+the page's own, and a `POST` must be `application/json` (a cross-site form cannot send it). A
+`ckpt_path` from a request must lie inside the checkpoints folder or one of `allowed_folders`.
+Every refusal and bad input is a one-line JSON `{"error": "error: …"}`, never a 500.
+
 Every row is one query position's attention weights, [layer][head][key] integers in units of
 1/SCALE, over the keys from its `start` position on: a step's row is the one it computed for the
 position that predicted its token (`Engine.steps(..., attention_rows=True)`); `rows` of `start` and
@@ -39,6 +46,7 @@ import uvicorn
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -56,6 +64,44 @@ OPTIONS = tuple(f for f in SamplingOptions.__dataclass_fields__ if f not in ("nu
 """The page's options: `sample.py`'s, less num_samples (one poem a page) and use_cache (always on)."""
 SHOWN = 300
 """At most this many tokens are listed per step as allowed (or, when fewer are masked, as blocked)."""
+MAX_NEW_TOKENS = 1024
+"""The most tokens one page's poem may ask for (a page's request, unlike sample.py's, is anyone's)."""
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def host_name(host: str) -> str:
+    """A Host header's name without its port: `127.0.0.1:8000` → `127.0.0.1`, `[::1]:8000` → `::1`."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0] if host.count(":") == 1 else host
+
+
+class LocalOnly:
+    """ASGI middleware: refuses (403, one-line JSON) a request whose Host is not one of `hosts`
+    (names, any port), whose Origin, where present, is not the page's own (`http://` + its Host),
+    or that is a POST without a JSON body (Content-Type application/json)."""
+
+    def __init__(self, app, hosts: tuple[str, ...]):
+        self.app, self.hosts = app, {h.lower() for h in hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and (why := self.refusal(Request(scope))):
+            response = Response(json.dumps({"error": f"error: {why}"}), 403, media_type="application/json")
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def refusal(self, request: Request) -> str | None:
+        host = request.headers.get("host", "")
+        if host_name(host).lower() not in self.hosts:
+            return (f"this studio answers requests for {', '.join(sorted(self.hosts))}, not Host {host!r}; "
+                    "start it with allowed_hosts=[…] to add a name")
+        origin = request.headers.get("origin")
+        if origin is not None and origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
+            return f"requests from other pages ({origin}) are refused; use the studio's own page"
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if request.method == "POST" and media != "application/json":
+            return f"a POST must be Content-Type application/json, not {media or 'none'!r}"
+        return None
 
 
 def read_options(body: object) -> tuple[SamplingOptions, str | None]:
@@ -73,6 +119,10 @@ def read_options(body: object) -> tuple[SamplingOptions, str | None]:
         opts = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SamplingOptions), body))
     except OmegaConfBaseException as err:
         raise ValueError(f"{err.full_key}: {str(err).splitlines()[0]}") from None
+    if not 1 <= opts.max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens must be 1 to {MAX_NEW_TOKENS} in the studio, got {opts.max_new_tokens}")
+    if not 0 <= opts.seed < 2 ** 63:
+        raise ValueError(f"seed must be 0 to 2**63 - 1, got {opts.seed}")
     return opts, ckpt or None
 
 
@@ -152,11 +202,21 @@ def error_response(message: str) -> Response:
     return Response(json.dumps({"error": message}), 400, media_type="application/json")
 
 
+def inside(path: Path, folders: list[Path]) -> bool:
+    """Whether path, its links followed, lies inside one of folders."""
+    path = path.resolve()
+    return any(path.is_relative_to(f.resolve()) for f in folders)
+
+
 def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device: str = "auto",
-               backend: str | None = None) -> Starlette:
+               backend: str | None = None, allowed_hosts: tuple[str, ...] = (),
+               allowed_folders: tuple[str, ...] = ()) -> Starlette:
     """The studio's app (module docstring). ckpt_path: the default checkpoint (None: the newest
-    `checkpoint_dir/*/last.ckpt` when a poem is asked for); device, backend: as `sample.py`'s.
-    Nothing is loaded here: `app.state.engine_for(None)` loads the default ahead of the first poem."""
+    `checkpoint_dir/*/last.ckpt` when a poem is asked for); device, backend: as `sample.py`'s;
+    allowed_hosts: Host names served besides the loopback ones; allowed_folders: folders a
+    request's ckpt_path may name besides checkpoint_dir. Nothing is loaded here:
+    `app.state.engine_for(None)` loads the default ahead of the first poem."""
+    folders = [Path(checkpoint_dir), *map(Path, allowed_folders)]
     style, script = assets()
     page = importlib.resources.files(__package__).joinpath("studio.html").read_text(encoding="utf-8")
     page = page.replace("/* attention view style */", style).replace("/* attention view script */", script)
@@ -166,6 +226,10 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         return load_engine(path, checkpoint_dir, device, backend)
 
     def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
+        """ckpt: a request's ckpt_path (None: the studio's own). raises ValueError for one outside `folders`."""
+        if ckpt and not inside(Path(ckpt), folders):
+            raise ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads checkpoints "
+                             "there only (studio.py allowed_folders=[…] adds a folder)")
         path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
         return load(str(path), path.stat().st_mtime_ns), path
 
@@ -193,6 +257,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
                 body = json.loads(await request.body())
             except ValueError as err:  # not JSON, or not UTF-8
                 raise ValueError(f"the request is not JSON in UTF-8: {err}") from None
+            except RecursionError:
+                raise ValueError("the request nests too deep; send a flat JSON object of options") from None
             opts, ckpt = read_options(body)
             poem = await anyio.to_thread.run_sync(lambda: Poem(engine_for(ckpt)[0], opts, received))
         except USER_ERRORS as err:
@@ -215,7 +281,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         return Response(status_code=204)
 
     app = Starlette(routes=[Route("/", index), Route("/options", options), Route("/generate", generate, methods=["POST"]),
-                            Route("/status", status), Route("/favicon.ico", no_icon)])
+                            Route("/status", status), Route("/favicon.ico", no_icon)],
+                    middleware=[Middleware(LocalOnly, hosts=(*LOOPBACK, *allowed_hosts))])
     app.state.generating = 0
     app.state.engine_for = engine_for
     return app

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from data.tokenizer import SPECIALS
 from model.gpt import GPTConfig
-from model.loading import config_fields, read_checkpoint
+from model.loading import config_fields, read_checkpoint, read_trained
 
 FREE_ON_RESUME = ("dropout", "backend")
 """GPTConfig fields a resumed run may change; every other one shapes the network."""
@@ -61,9 +61,10 @@ class FiniteModelCheckpoint(ModelCheckpoint):
 
 
 def load_checkpoint(path: Path) -> dict:
-    """Checkpoint `path` as Lightning wrote it, memory-mapped on the CPU; read as data only
-    (`model.loading.read_checkpoint`: raises UnsafeCheckpointError for anything else)."""
-    return read_checkpoint(path, mmap=True)
+    """Checkpoint `path` as this project's train.py wrote it, memory-mapped on the CPU; read as data
+    only (`model.loading.read_trained`: raises UnsafeCheckpointError, or ValueError in one line for
+    a file that is not such a checkpoint)."""
+    return read_trained(path, mmap=True)
 
 
 def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
@@ -81,9 +82,13 @@ def check_same_shape(ckpt: Mapping, model: Mapping, path: Path) -> None:
 
 
 def check_same_workers(ckpt: Mapping, num_workers: int, path: Path) -> None:
-    """raises ValueError `data.num_workers: checkpoint 0, asked 2 ...` if the training loader's
+    """raises ValueError if the checkpoint holds no training state (no `loops`: weights only), or
+    `data.num_workers: checkpoint 0, asked 2 ...` if the training loader's
     saved position comes from another number of worker processes: torchdata's
     StatefulDataLoader keeps it per worker and cannot load it into another number."""
+    if "loops" not in ckpt or "optimizer_states" not in ckpt:
+        raise ValueError(f"{path} holds weights and settings only, not the training state a run resumes from "
+                         "(optimizer, loops); resume from a run's last.ckpt, or sample from this one")
     states = ckpt["loops"]["fit_loop"]["state_dict"].get("combined_loader", [])
     for state in states:
         saved = state["_snapshot"]["_main_snapshot"]["_num_workers"] if "_snapshot" in state else 0
