@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.corpus_io import heldout_poems
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.device import describe
+from model.device import commit, describe
 from model.gpt import GPT
 from model.inspection.attention_stats import (
     STATISTICS,
@@ -115,7 +115,8 @@ def attention_report(cfg: DictConfig) -> dict:
     learned, init = batch_maps(gpt, sequences), batch_maps(init_gpt, sequences)
     heldout_tokens = [t for _, t in encoded]
     report = {
-        "checkpoint": str(ckpt), "machine": describe("cpu"), "text": "".join(tokens[1:]), "tokens": tokens,
+        "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "config_sha": engine.config_sha,
+        "text": "".join(tokens[1:]), "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                      for k in ("backend", "init_seed", "heldout", "baselines", "flag")},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",

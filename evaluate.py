@@ -25,7 +25,7 @@ import rootutils
 from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.device import describe
+from model.device import commit, describe
 from model.inspection.evaluation import (
     is_char_model,
     is_plan_model,
@@ -82,7 +82,8 @@ def evaluate(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
-    report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device),
+    report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
+              "config_sha": engine.config_sha,
               "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),

@@ -37,6 +37,7 @@ from model.training.runtime import (
     check_attention_backend,
     check_new_run_folder,
     compile_or_eager,
+    config_sha,
     instantiate_loggers,
     resolve_precision,
     run_name_for_all_ranks,
@@ -57,6 +58,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     checkpoints; NonFiniteLossError (a ValueError) at the first NaN loss; TrainingInterrupted
     (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
+    sha = config_sha(cfg)  # before anything below resolves a setting in place
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
@@ -89,6 +91,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
+    model.config_sha = sha  # in every checkpoint: which config the run is, for the results that describe it
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
         load_weights(model, saved["state_dict"], ckpt_path)
     if cfg.compile:

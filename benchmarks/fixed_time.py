@@ -1,6 +1,6 @@
-"""The default `python train.py` against nanoGPT's CPU configuration, at equal and at twice the time.
+"""The default `python train.py` against nanoGPT's CPU configuration, at equal, twice and three times the time.
 
-    python benchmarks/fixed_time.py                    # the full comparison (about 4× the default run)
+    python benchmarks/fixed_time.py                    # the full comparison (about 7× the default run)
     python benchmarks/fixed_time.py --quick            # 2-minute budgets, for A/B of levers
     python benchmarks/fixed_time.py --quick --variant base= --variant wd0=model.optim.weight_decay=0
     python benchmarks/fixed_time.py --check-reference  # the reference against nanoGPT's figures
@@ -17,14 +17,17 @@ fraction). `--check-reference` trains it for 3,750 and 7,500 iterations and comp
 nanoGPT's own figures on this corpus (val/loss 5.168 and 4.864, held-out `blocks` windows).
 
 (b) **The default**: `python train.py` (as a subprocess, its whole wall-clock measured), or
-with `trainer.max_time` (budget mode) in `--quick`; the reference is then trained for 1× and
-2× that wall-clock on the same prepared data.
+with `trainer.max_time` (budget mode) in `--quick`; the reference is then trained for 1×, 2×
+and 3× that wall-clock on the same prepared data (1× and 2× in `--quick`).
 
 Every model is scored the same way, through the project's `LitGPT` validation, on both
 held-out protocols (`data.val_windows`): `poems` (every held-out poem from its own `<bos>`)
 and `blocks` (non-overlapping 64-token windows of `val.bin`, the protocol of nanoGPT's
 figures). Both count the same 145,210 held-out characters. Prints a table and writes
-`benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`).
+`benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`),
+with the commit and, for each default run, its training config's `config_sha`
+(`model.training.runtime.config_sha`): `python -m benchmarks.report --check` fails when the
+default has changed since.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from data.datamodule import PoetryDataModule  # noqa: E402
+from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.gpt import MODEL_FIELDS  # noqa: E402
@@ -163,7 +167,7 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
-            "peak_rss_mib": round(peak_mib),
+            "peak_rss_mib": round(peak_mib), "config_sha": engine.config_sha,
             "checkpoint": str(ckpt.relative_to(ROOT)), **score(engine)}
 
 
@@ -287,7 +291,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"machine": machine()}
+    result = {"machine": machine(), "commit": commit()}
     if args.overhead:
         result["lightning_overhead"] = r = lightning_overhead(args.overhead)
         print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (runs {r['bare_runs_ms']}), Lightning "
@@ -309,14 +313,15 @@ def main(argv=None) -> None:
         rows.append((f"default: {name}" if name != "default" else "default", r))
     if not args.no_reference:
         wall = rows[0][1]["wall_seconds"]
-        for k in (1, 2):
+        for k in (1, 2) if args.quick else (1, 2, 3):
             print(f"reference, {k}× {wall:.0f} s", flush=True)
             rows.append((f"nanoGPT configuration, {k}× the time", nanogpt_reference(seconds=k * wall)))
     result["runs"] = {name: r for name, r in rows}
     if not args.no_reference:
-        twice = rows[-1][1]
-        for name, r in rows[:-2]:
-            r["beats_2x_reference"] = {pr: r[pr]["val_bpc"] <= twice[pr]["val_bpc"] for pr in PROTOCOLS}
+        references = [r for name, r in rows if name.startswith("nanoGPT")]
+        for name, r in rows[:-len(references)]:
+            for k, ref in enumerate(references, 1):
+                r[f"beats_{k}x_reference"] = {pr: r[pr]["val_bpc"] <= ref[pr]["val_bpc"] for pr in PROTOCOLS}
     print(f"\n{result['machine']}\n\n{table(rows)}")
     name = "fixed-time-quick-cpu.json" if args.quick else "fixed-time-cpu.json"
     (out_dir / name).write_text(json.dumps(result, indent=2, ensure_ascii=False))

@@ -1,9 +1,10 @@
-"""The device a script runs on (`resolve_device`), and the machine, as one line for a result's
-JSON and for docs/results.md (`describe`)."""
+"""The device a script runs on (`resolve_device`), and what a result's JSON records of where it
+came from: the machine, as one line for it and for docs/results.md (`describe`), and the commit."""
 from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 import torch
@@ -22,6 +23,16 @@ def describe(device: str = "cpu") -> str:
     except (OSError, StopIteration):
         pass
     return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def commit() -> str | None:
+    """The git commit of the project's checkout (`git rev-parse HEAD`), or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def resolve_device(device: str) -> str:

@@ -60,6 +60,7 @@ class Engine:
         if model.cfg.vocab_size != tokenizer.vocab_size:
             raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
         self.model, self.tokenizer, self.script, self.path = model, tokenizer, script, path
+        self.config_sha: str | None = None  # the training config of a loaded checkpoint's run, where it says
 
     @property
     def device(self) -> torch.device:

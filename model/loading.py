@@ -213,4 +213,6 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     gpt = gpt.to(device).eval()
     cfg = gpt.cfg
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
-    return Engine(gpt, tokenizer, script, path)
+    engine = Engine(gpt, tokenizer, script, path)
+    engine.config_sha = ckpt.get("config_sha")
+    return engine

@@ -38,6 +38,19 @@ def test_a_changed_figure_makes_the_check_fail(results, capsys):
     assert "`val/bpc` **7.43**" in page and "| 2,200 | 479.5 | 10,572 | 4.703 | 7.432 |" in page
 
 
+def test_results_of_the_default_run_measured_on_another_default_fail_the_check(results, capsys):
+    sha = report.default_config_sha()
+    for name in report.DESCRIBE_DEFAULT:  # as if all were measured on today's default
+        edit(results, name, lambda d: (d["runs"]["default"] if "runs" in d else d).update(config_sha=sha))
+    assert report.outdated(report.load(results), sha) == []
+    edit(results, "evaluate-default-cpu", lambda d: d.update(config_sha="0" * 64))
+    assert report.outdated(report.load(results), sha) == ["evaluate-default-cpu.json (000000000000)"]
+    assert report.main(["--check", "--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert f"measured on another default than today's (config_sha {sha[:12]}): evaluate-default-cpu.json" in err
+    assert "python benchmarks/fixed_time.py" in err
+
+
 def test_a_figure_in_a_single_section_is_checked_too(results):
     edit(results, "sampling-cpu", lambda d: d["rows"][3].update(cache_tokens_per_sec=999.0))
     assert report.stale(results) == [report.PAGES["results"]]

@@ -195,6 +195,18 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
         train_script.train(cfg)
 
 
+def test_every_checkpoint_records_the_runs_config_sha(trained):
+    from model.loading import load_engine, read_checkpoint
+    from model.training.runtime import config_sha
+
+    _, _, tmp_path = trained
+    with pytest.MonkeyPatch.context() as mp:  # the config as composed: a run resolves some settings in place
+        sha = config_sha(make_train_cfg(tmp_path, tmp_path / "corpus" / "tang.jsonl.xz", mp)())
+    assert len(sha) == 64 and all(read_checkpoint(p)["config_sha"] == sha
+                                  for p in (tmp_path / "checkpoints" / "test").glob("*.ckpt"))
+    assert load_engine(tmp_path / "checkpoints" / "test").config_sha == sha
+
+
 def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path, caplog):
     from data.bpe import learn_ranks, write_ranks
     from tests.conftest import POEMS

@@ -61,6 +61,7 @@ class LitGPT(L.LightningModule):
             tok = tokenizer_from_state(tokenizer)
             engine = Engine(build_gpt(model, tok, script), tok, script)
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
+        self.config_sha: str | None = None  # train.py's `config_sha` of the run, saved in its checkpoints
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -75,6 +76,11 @@ class LitGPT(L.LightningModule):
         token counts (a resumed run then restores the order it was trained with)."""
         if stage == "fit" and (dm := getattr(self.trainer, "datamodule", None)) is not None:
             self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Records `config_sha` (the run's training config, `model.training.runtime.config_sha`)."""
+        if self.config_sha is not None:
+            checkpoint["config_sha"] = self.config_sha
 
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
