@@ -120,18 +120,19 @@ def default_run(res: dict) -> str:
 def fixed_time(res: dict) -> str:
     ft = res["fixed-time-cpu"]
     runs = ft["runs"]
-    d, once, twice = runs["default"], *[r for k, r in runs.items() if k != "default"][:2]
-    diff = {(k, p): d[p]["val_bpc"] - r[p]["val_bpc"] for k, r in (("1x", once), ("2x", twice)) for p in ("poems", "blocks")}
+    d, refs = runs["default"], [r for k, r in runs.items() if k.startswith("nanoGPT")]
+    times = ("1×", "2×", "3×")[:len(refs)]
     parts = [
         "## Against nanoGPT at fixed time",
         "`python benchmarks/fixed_time.py`: the default run, then nanoGPT's CPU configuration in a plain PyTorch "
-        "loop given the default's wall-clock as pure training time, once and twice "
+        f"loop given the default's wall-clock as pure training time, at {', '.join(times)} the time "
         "([benchmarks](benchmarks.md#against-nanogpt-at-fixed-time)).",
         machine_line("fixed-time-cpu", ft.get("machine")),
         table(FIXED_TIME_HEADER, fixed_time_rows(runs)),
-        f"The default is {lower(diff['2x', 'poems'])} in bits per character than nanoGPT's configuration given "
-        f"twice its time on the `poems` protocol and {lower(diff['2x', 'blocks'])} on the `blocks` windows; at equal "
-        f"time {lower(diff['1x', 'poems'])} and {lower(diff['1x', 'blocks'])}.",
+        "In bits per character the default is, against nanoGPT's configuration at " + "; at ".join(
+            f"{t} its time, {lower(d['poems']['val_bpc'] - r['poems']['val_bpc'])} on the `poems` protocol and "
+            f"{lower(d['blocks']['val_bpc'] - r['blocks']['val_bpc'])} on the `blocks` windows"
+            for t, r in zip(times, refs)) + ".",
     ]
     if ref := res.get("fixed-time-reference-cpu"):
         rows = [[n(int(it)), n(r["nanogpt_val_loss"], 3), n(r["blocks"]["val_loss"], 3), f"{r['difference']:+.3f}",
