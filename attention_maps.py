@@ -102,7 +102,8 @@ def attention_report(cfg: DictConfig) -> dict:
     raises FileNotFoundError (no checkpoint, no corpus), UnknownCharactersError (text
     outside the vocabulary), ValueError (text longer than block_size − 1), BackendUnavailableError.
     """
-    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, "cpu", cfg.backend)
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, "cpu", cfg.backend, cfg.ablate, cfg.ablate_mode,
+                         cfg.heldout.corpus_path)
     gpt, block_size, ckpt = engine.model, engine.model.cfg.block_size, engine.path
     idx, tokens = engine.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
     poems = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.heldout.n_poems, cfg.heldout.forms,
@@ -118,7 +119,7 @@ def attention_report(cfg: DictConfig) -> dict:
         "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "config_sha": engine.config_sha,
         "text": "".join(tokens[1:]), "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-                     for k in ("backend", "init_seed", "heldout", "baselines", "flag")},
+                     for k in ("backend", "ablate", "ablate_mode", "init_seed", "heldout", "baselines", "flag")},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",
                        "rows": "each a mean over rows i ≥ 1 where defined; held-out: mean over poems",
                        "flag": f"|value − mean| > {cfg.flag.k} std and > {cfg.flag.min_effect} for every baseline "

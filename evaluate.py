@@ -64,7 +64,8 @@ def evaluate(cfg: DictConfig) -> dict:
     if opts.num_samples < 1 or cfg.reference < 0:
         raise ValueError(f"num_samples must be ≥ 1 and reference ≥ 0, got {opts.num_samples} and {cfg.reference}")
     sample_requests(cfg.sets, cfg.forms)  # raises for unknown sets or forms
-    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend)
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
+                         cfg.ablate_mode, cfg.data.corpus_path)
     gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
     requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
 
@@ -81,7 +82,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
-                for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend")}
+                for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
               "config_sha": engine.config_sha,
               "settings": {**settings, "sample_sets": requests},

@@ -2,9 +2,10 @@
 
 Options (conf/sample.yaml): prompt, form, acrostic, rhyme, meter, control, num_samples,
 max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, use_cache, device,
-backend, format. The same seed and options give the same poems. A model trained with plan
-tokens draws each poem's form and rhyme first; the text never shows them, `format=jsonl`
-records them (`plan`: form and rhyme group, null for none).
+backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode, format. The same
+seed and options give the same poems. A model trained with plan tokens draws each poem's form
+and rhyme first; the text never shows them, `format=jsonl` records them (`plan`: form and
+rhyme group, null for none).
 """
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     fitting the form), BackendUnavailableError — all before any generation.
     """
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
-    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend)
+    corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means
+    engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
+                         cfg.ablate_mode, corpus)
     tok = engine.tokenizer
     start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1
@@ -60,8 +63,9 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     rows = torch.cat(tokens, dim=1)  # (B, T)
     poems = [tok.decode(row.tolist()) for row in rows]
     plans = read_plans(tok, rows)
-    settings = {**OmegaConf.to_container(cfg, resolve=True), "ckpt_path": str(engine.path), "device": str(engine.device)}
-    settings = {k: settings[k] for k in ("ckpt_path", *OPTIONS, "device", "backend")}
+    chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
+              for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
+    settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             plan = {} if plans is None else {"plan": plans[i]}

@@ -33,18 +33,21 @@ def load_corpus(path: str | Path) -> list[dict]:
     return list(iter_corpus(path))
 
 
-def heldout_poems(path: str | Path, script: str, n: int, forms: Iterable[str], max_chars: int) -> list[str]:
-    """The first `n` validation-split poems of the given forms (`data.verse.poetry.FORMS` names)
-    with at most `max_chars` characters, in corpus order, converted to `script`.
+def heldout_poems(path: str | Path, script: str, n: int, forms: Iterable[str] | None, max_chars: int,
+                  split: str = "val") -> list[str]:
+    """The first `n` poems of a split (`val`: held out; `train`) of the given forms
+    (`data.verse.poetry.FORMS` names; None: any) with at most `max_chars` characters, in corpus
+    order, converted to `script`.
 
-    The same poems the data module holds out (its `val.bin`), read straight from the corpus.
-    Fewer than `n` come back if the corpus has fewer. raises FileNotFoundError if `path` is missing.
+    The same poems the data module holds out (its `val.bin`) or trains on, read straight from the
+    corpus. Fewer than `n` come back if the corpus has fewer. raises FileNotFoundError if `path`
+    is missing.
     """
-    forms = set(forms)
+    forms = None if forms is None else set(forms)
     texts = []
     for poem in iter_corpus(path):
         if len(texts) == n:
             break
-        if poem["split"] == "val" and poem["form"] in forms and len(poem["text"]) <= max_chars:
+        if poem["split"] == split and (forms is None or poem["form"] in forms) and len(poem["text"]) <= max_chars:
             texts.append(poem["text"])
     return corpus_to_script(texts, script)

@@ -23,6 +23,7 @@ Three backends compute the same thing and differ only in how:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 import torch
@@ -198,6 +199,27 @@ class CausalSelfAttention(nn.Module):
             angle = torch.outer(torch.arange(block_size).float(), freq)  # (block_size, d_k / 2)
             self.register_buffer("cos", angle.cos(), persistent=False)
             self.register_buffer("sin", angle.sin(), persistent=False)
+        self.register_buffer("off", None, persistent=False)  # (n_head,) bool: heads switched off (`ablate`)
+        self.register_buffer("off_value", None, persistent=False)  # (n_head, 1, d_k): what they output instead
+
+    def ablate(self, heads: Sequence[int] = (), values: torch.Tensor | None = None) -> None:
+        """Switch heads off: the output of each head in `heads` (its weights @ v, before the heads
+        are merged and W_O) becomes values[i] ((len(heads), d_k) float; None: zero), at every
+        position, on every backend and with a KV cache. heads=(): every head on again.
+        raises ValueError for a head outside 0 … n_head − 1 or values of another shape."""
+        if bad := [h for h in heads if not 0 <= h < self.n_head]:
+            raise ValueError(f"head {bad[0]} is not one of this layer's heads 0 … {self.n_head - 1}")
+        if values is not None and tuple(values.shape) != (len(heads), self.d_k):
+            raise ValueError(f"values must be ({len(heads)}, {self.d_k}), got {tuple(values.shape)}")
+        device = self.mask.device
+        if not heads:
+            self.off = self.off_value = None
+            return
+        self.off = torch.zeros(self.n_head, dtype=torch.bool, device=device)
+        self.off[list(heads)] = True
+        self.off_value = torch.zeros(self.n_head, 1, self.d_k, device=device)
+        if values is not None:
+            self.off_value[list(heads), 0] = values.to(device, torch.float32)
 
     def _qkv(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, n_embd) at positions start … start + T − 1 → q, k, v, each (B, n_head, T, d_k)."""
@@ -252,6 +274,8 @@ class CausalSelfAttention(nn.Module):
             with kernel:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                                    is_causal=T == L and T > 1)  # (B, n_head, T, d_k)
+        if self.off is not None:  # switched-off heads: their output replaced (`ablate`), before W_O
+            y = torch.where(self.off[:, None, None], self.off_value.to(y.dtype), y)  # (B, n_head, T, d_k)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # merge heads: (B, T, n_embd)
         return self.resid_dropout(self.c_proj(y))  # (B, T, n_embd)
 

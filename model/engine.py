@@ -61,6 +61,7 @@ class Engine:
             raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
         self.model, self.tokenizer, self.script, self.path = model, tokenizer, script, path
         self.config_sha: str | None = None  # the training config of a loaded checkpoint's run, where it says
+        self.ablated: list[str] = []  # heads switched off, `L<layer>H<head>` (`model.ablation.ablate`)
 
     @property
     def device(self) -> torch.device:

@@ -19,13 +19,17 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import torch
 
+from data.corpus_io import heldout_poems
 from data.features import phonology_tables, token_kinds
 from data.tokenizer import Tokenizer, tokenizer_from_state
+from model.ablation import MEAN_POEMS
+from model.ablation import ablate as ablate_heads
 from model.attention import check_backend
 from model.device import resolve_device
 from model.engine import Engine
@@ -192,11 +196,14 @@ def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tab
 
 
 def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "checkpoints", device: str = "cpu",
-                backend: str | None = None) -> Engine:
+                backend: str | None = None, ablate: Sequence[str] = (), ablate_mode: str = "zero",
+                corpus_path: str | Path | None = None) -> Engine:
     """The inference engine of a checkpoint (`find_checkpoint`), its model in eval mode on
     `device` (auto | cpu | cuda | cuda:N; `model.device.resolve_device`), `engine.path` the file.
 
     backend: run with another attention backend than the checkpoint's (naive | sdpa | flash).
+    ablate: heads to switch off, `L<layer>H<head>` (`model.ablation`), their outputs replaced by
+    zero or (ablate_mode=mean) by their mean over training-split poems of `corpus_path`.
     raises FileNotFoundError (no such checkpoint), UnsafeCheckpointError / ValueError (not a
     checkpoint torch reads as data; device=cuda without a GPU), BackendUnavailableError (the
     backend cannot run there): all before any work.
@@ -215,4 +222,10 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
     engine = Engine(gpt, tokenizer, script, path)
     engine.config_sha = ckpt.get("config_sha")
+    if ablate:
+        if ablate_mode == "mean" and corpus_path is None:
+            raise ValueError("ablate_mode=mean needs the training corpus (corpus_path) for the heads' mean outputs")
+        poems = heldout_poems(corpus_path, script, MEAN_POEMS, None, cfg.block_size - 1, "train") \
+            if ablate_mode == "mean" else ()
+        ablate_heads(engine, ablate, ablate_mode, poems)
     return engine

@@ -1,0 +1,127 @@
+"""Switching heads off (model/ablation.py, `CausalSelfAttention.ablate`): the same on every
+backend and with the KV cache, nothing changes when no head is named, only the named head
+changes, and with every head off only the embeddings' and MLPs' path is left."""
+import pytest
+import torch
+
+from data.tokenizer import CharTokenizer
+from model.ablation import ablate, head_means, parse_heads
+from model.attention import BACKENDS
+from model.engine import Engine
+from model.gpt import GPT, GPTConfig
+from model.loading import load_engine
+from tests.conftest import POEMS, write_corpus
+from tests.test_attention_maps import write_checkpoint
+
+V = 40
+
+
+def tiny(backend="naive", **kw):
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=4, n_embd=32, backend=backend, **kw)).eval()
+    with torch.no_grad():  # every path away from its zero start
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    return m
+
+
+IDX = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+
+
+def head_outputs(m, idx):
+    """Each layer's heads' outputs at the input of W_O: n_layer tensors (B, T, n_head, d_k)."""
+    seen, n_head = [], m.cfg.n_head
+    hooks = [b.attn.c_proj.register_forward_pre_hook(
+        lambda mod, a: seen.append(a[0].view(*a[0].shape[:2], n_head, -1))) for b in m.blocks]
+    with torch.no_grad():
+        m(idx)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def test_nothing_named_is_bit_identical():
+    m = tiny()
+    before = m(IDX)
+    m.blocks[1].attn.ablate([2])
+    m.blocks[1].attn.ablate()  # every head on again
+    assert torch.equal(m(IDX), before)
+
+
+def test_one_head_off_leaves_the_others_of_its_layer_and_the_layers_before():
+    m = tiny()
+    full = head_outputs(m, IDX)
+    m.blocks[1].attn.ablate([2])
+    off = head_outputs(m, IDX)
+    assert torch.equal(off[0], full[0])  # layer 0: untouched
+    assert torch.equal(off[1][:, :, [0, 1, 3]], full[1][:, :, [0, 1, 3]]) and (off[1][:, :, 2] == 0).all()
+    values = torch.full((1, 8), 0.5)
+    m.blocks[1].attn.ablate([2], values)  # mean ablation: the value given, at every position
+    assert (head_outputs(m, IDX)[1][:, :, 2] == 0.5).all()
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_the_same_on_every_backend_and_with_the_kv_cache(mode):
+    values = torch.randn(2, 8, generator=torch.Generator().manual_seed(2)) if mode == "mean" else None
+    models = {b: tiny(b, pos_emb="rope") for b in BACKENDS}
+    for m in models.values():
+        m.blocks[0].attn.ablate([1, 3], values)
+    full = models["naive"](IDX)
+    for b, m in models.items():
+        torch.testing.assert_close(m(IDX), full, rtol=1e-5, atol=1e-5)
+        cache = m.new_cache()
+        steps = [m(IDX[:, :5], cache=cache)[:, -1]] + [m(IDX[:, t:t + 1], cache=cache)[:, -1] for t in range(5, 12)]
+        torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(full, tiny("naive", pos_emb="rope")(IDX))  # it did change the model
+
+
+def test_every_head_off_leaves_the_embeddings_and_the_mlps():
+    m = tiny()
+    for block in m.blocks:
+        block.attn.ablate(range(4))
+    with torch.no_grad():
+        x = m.wte(IDX) + m.wpe(torch.arange(12))
+        for block in m.blocks:
+            x = x + block.mlp(block.ln_2(x))
+        expected = m.lm_head(m.ln_f(x))
+    torch.testing.assert_close(m(IDX), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_head_names_are_checked_in_one_line():
+    assert parse_heads(["L1H0", "L0H3", "L1H0"], 2, 4) == [(1, 0), (0, 3)]
+    with pytest.raises(ValueError, match=r"^ablate: L9H0 is not a head of this model, which has layers 0–1 and heads "
+                                         r"0–3 \(L0H0 … L1H3\)$"):
+        parse_heads(["L9H0"], 2, 4)
+    with pytest.raises(ValueError, match=r"^ablate: 'head3' is not a head name; name heads L<layer>H<head>, e.g. L3H2$"):
+        parse_heads(["head3"], 2, 4)
+    with pytest.raises(ValueError, match="values must be"):
+        tiny().blocks[0].attn.ablate([1], torch.zeros(2, 8))
+
+
+def test_the_mean_is_each_heads_mean_output_over_the_poems():
+    tok = CharTokenizer.from_texts(POEMS)
+    torch.manual_seed(0)
+    engine = Engine(GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=40, n_layer=2, n_head=4, n_embd=32)).eval(),
+                    tok, "traditional")
+    means = head_means(engine, POEMS[:3])
+    seqs = [engine.encode_line(p)[0] for p in POEMS[:3]]
+    outs = [head_outputs(engine.model, s) for s in seqs]  # per poem: n_layer × (1, T, 4, 8)
+    expected = torch.stack([torch.cat([o[ly][0] for o in outs]).mean(0) for ly in range(2)])  # (n_layer, 4, 8)
+    torch.testing.assert_close(means, expected, rtol=1e-5, atol=1e-6)
+    ablate(engine, ["L1H2"], "mean", POEMS[:3])
+    assert engine.ablated == ["L1H2"]
+    torch.testing.assert_close(head_outputs(engine.model, seqs[0])[1][0, :, 2], means[1, 2].expand(len(seqs[0][0]), 8))
+
+
+def test_the_loader_sets_it_for_every_script(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "checkpoints" / "run" / "last.ckpt")
+    corpus = write_corpus(tmp_path / "tang.jsonl.xz")
+    plain, off = load_engine(ckpt), load_engine(ckpt, ablate=["L1H0"])
+    idx, _ = plain.encode_line("床前明月光")
+    assert off.ablated == ["L1H0"] and not torch.allclose(plain.model(idx), off.model(idx))
+    mean = load_engine(ckpt, ablate=["L1H0"], ablate_mode="mean", corpus_path=corpus)
+    assert not torch.allclose(mean.model(idx), off.model(idx))
+    with pytest.raises(ValueError, match="ablate_mode=mean needs the training corpus"):
+        load_engine(ckpt, ablate=["L1H0"], ablate_mode="mean")
+    with pytest.raises(ValueError, match="ablate_mode='half' is not one of zero, mean"):
+        load_engine(ckpt, ablate=["L1H0"], ablate_mode="half")
