@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.corpus_io import heldout_poems
+from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
 from model.gpt import GPT
@@ -127,7 +128,8 @@ def attention_report(cfg: DictConfig) -> dict:
         "probe": measure(cfg, learned[:1], init[:1], [tokens]),
         "heldout": {"poems": len(poems), **measure(cfg, learned[1:], init[1:], heldout_tokens)} if poems else None,
     }
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / ckpt.parent.name
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / (
+        ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     out_dir.mkdir(parents=True, exist_ok=True)
     n_layer, n_head, T, _ = learned[0].shape
     b = cfg.baselines

@@ -24,6 +24,7 @@ import hydra
 import rootutils
 from omegaconf import DictConfig, OmegaConf
 
+from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
 from model.inspection.evaluation import (
@@ -80,7 +81,8 @@ def evaluate(cfg: DictConfig) -> dict:
         val = validation_metrics(engine, datamodule)
         seconds["validation"] = time.perf_counter() - start
 
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / ckpt.parent.name
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / (
+        ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
@@ -99,7 +101,10 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" chatter
     report = evaluate(cfg)
     n = report["settings"]["num_samples"]
-    print(f"{report['checkpoint']}: {n} poems per sample set, {cfg.reference} held-out human poems; "
+    ablated = report["settings"]["ablate"]
+    off = f" with {', '.join(ablated)} off ({cfg.ablate_mode})" if ablated else ""
+    print(f"{report['checkpoint']}{off}: "
+          f"{n} poems per sample set, {cfg.reference} held-out human poems; "
           f"distinct-n over {n} poems of each row; percentages of the poems, regulated poems, lines or pairs "
           "(see model/inspection/poem_metrics.py)")
     print(format_table(report["rows"]))

@@ -28,10 +28,12 @@ def serve(cfg: DictConfig) -> None:
     except USER_ERRORS as err:  # the page shows it too, until there is one
         print(f"error: {err}", file=sys.stderr)
     if cfg.host not in LOOPBACK:
-        print(f"studio: host={cfg.host} serves every client that can reach port {cfg.port} of this machine, with no "
-              f"login: they can write poems and read the checkpoints under {cfg.paths.checkpoint_dir}; requests must "
-              f"name it as {', '.join([*LOOPBACK, *cfg.allowed_hosts])} (allowed_hosts=[…] adds its names)", flush=True)
-    print(f"studio: http://{cfg.host}:{cfg.port}/  (Ctrl-C stops it)", flush=True)
+        print(f"studio: host={cfg.host} listens beyond this machine, with no login: any client that reaches port "
+              f"{cfg.port} and names it as one of {', '.join([*LOOPBACK, *cfg.allowed_hosts])} can write poems and read "
+              f"the checkpoints under {cfg.paths.checkpoint_dir}; add the names other machines use with "
+              "allowed_hosts=[…]", flush=True)
+    address = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host  # what a browser here can open
+    print(f"studio: http://{address}:{cfg.port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
 
 

@@ -492,12 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         failed = 0
         if bad := stale(args.results):
-            print("out of date with the JSON: " + ", ".join(str(b.relative_to(ROOT)) for b in bad)
+            print("error: out of date with the JSON: " + ", ".join(str(b.relative_to(ROOT)) for b in bad)
                   + "; run `python -m benchmarks.report`", file=sys.stderr)
             failed = 1
         if old := outdated(load(args.results), sha := default_config_sha()):
-            print(f"measured on another default than today's (config_sha {sha[:12]}): {', '.join(old)}; re-run them:\n"
-                  + PENDING_RUN, file=sys.stderr)
+            print(f"error: measured on another default than today's (config_sha {sha[:12]}): {', '.join(old)}; "
+                  "re-run them:\n" + PENDING_RUN, file=sys.stderr)
             failed = 1
         return failed
     for page, text in expected(args.results).items():

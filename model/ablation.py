@@ -20,6 +20,12 @@ MEAN_POEMS = 256
 """ablate_mode=mean: the mean output of each head over every position of this many training poems."""
 
 
+def ablated_suffix(ablated: Sequence[str], mode: str) -> str:
+    """The part of a default output folder that keeps an ablated run's results apart from the
+    model's own: `-ablate-L3H1-L3H0-zero`, or "" with no head off."""
+    return f"-ablate-{'-'.join(ablated)}-{mode}" if ablated else ""
+
+
 def parse_heads(names: Sequence[str], n_layer: int, n_head: int) -> list[tuple[int, int]]:
     """Head names `L<layer>H<head>` (e.g. `L3H2`) → [(layer, head)], in order, without repeats.
     raises ValueError in one line for a malformed name or a head the model does not have."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.ablation import ablate, head_means, parse_heads
+from model.ablation import ablate, ablated_suffix, head_means, parse_heads
 from model.attention import BACKENDS
 from model.engine import Engine
 from model.gpt import GPT, GPTConfig
@@ -85,6 +85,10 @@ def test_every_head_off_leaves_the_embeddings_and_the_mlps():
             x = x + block.mlp(block.ln_2(x))
         expected = m.lm_head(m.ln_f(x))
     torch.testing.assert_close(m(IDX), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_ablated_results_go_to_folders_of_their_own():
+    assert ablated_suffix([], "zero") == "" and ablated_suffix(["L3H1", "L3H0"], "mean") == "-ablate-L3H1-L3H0-mean"
 
 
 def test_head_names_are_checked_in_one_line():

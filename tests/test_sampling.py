@@ -206,3 +206,6 @@ def test_a_processor_that_produces_nan_stops_generate(temperature):
 def test_a_temperature_that_overflows_the_logits_is_refused():
     with pytest.raises(ValueError, match="temperature=1e-45 is too small"):
         next_token(torch.tensor([[1.0, 2.0]]), 1e-45)
+    for tiny in (1e-40, 1e-320):  # log-probabilities (all < 0, the adaptive head's) underflow to -inf, or 0/0
+        with pytest.raises(ValueError, match=f"temperature={tiny} is too small"):
+            next_token(torch.tensor([[-1.0, -2.0, float("-inf")]]), tiny)

@@ -172,9 +172,11 @@ def test_the_studio_script_binds_localhost_and_serves_without_a_checkpoint(tmp_p
     assert info["error"].startswith(f"error: no checkpoint under {tmp_path}") and "model" not in info
     cfg.host, cfg.allowed_hosts = "0.0.0.0", ["poems.lan"]
     studio_script.serve(cfg)
-    assert ("studio: host=0.0.0.0 serves every client that can reach port 8000 of this machine, with no login: they "
-            f"can write poems and read the checkpoints under {tmp_path}; requests must name it as localhost, "
-            "127.0.0.1, ::1, poems.lan") in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ("studio: host=0.0.0.0 listens beyond this machine, with no login: any client that reaches port 8000 and "
+            f"names it as one of localhost, 127.0.0.1, ::1, poems.lan can write poems and read the checkpoints under "
+            f"{tmp_path}; add the names other machines use with allowed_hosts=[…]") in out
+    assert "studio: http://127.0.0.1:8000/" in out  # an address that answers
     assert TestClient(served["app"], base_url="http://poems.lan:8000").get("/status").status_code == 200
 
 

@@ -75,7 +75,8 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = Non
 
     temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError, at any
     temperature, if the logits hold NaN or +inf, if a row allows no token at all (every logit
-    -inf), or if logits / temperature overflow (a temperature too close to 0: use 0).
+    -inf), or if logits / temperature overflow or underflow to nothing (a temperature too close to
+    0: use 0).
     """
     check_logits(logits, "the model or a logits processor")
     if torch.isneginf(logits).all(dim=-1).any():
@@ -83,7 +84,7 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = Non
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
-    if torch.isposinf(logits).any():
+    if torch.isposinf(logits).any() or torch.isnan(logits).any() or torch.isneginf(logits).all(dim=-1).any():
         raise ValueError(f"temperature={temperature} is too small: logits / temperature overflow; use 0 for greedy")
     if top_k is not None:
         logits = top_k_filter(logits, top_k)

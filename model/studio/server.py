@@ -226,8 +226,9 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         return load_engine(path, checkpoint_dir, device, backend)
 
     def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
-        """ckpt: a request's ckpt_path (None: the studio's own). raises ValueError for one outside `folders`."""
-        if ckpt and not inside(Path(ckpt), folders):
+        """ckpt: a request's ckpt_path (None: the studio's own; `last`: the newest in the checkpoints folder).
+        raises ValueError for one outside `folders`."""
+        if ckpt and ckpt != "last" and not inside(Path(ckpt), folders):
             raise ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads checkpoints "
                              "there only (studio.py allowed_folders=[…] adds a folder)")
         path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
