@@ -336,6 +336,20 @@ def attention_maps(res: dict) -> str:
     return "\n\n".join(parts)
 
 
+def ablation(res: dict) -> str:
+    a = res.get("ablation-cpu")
+    if a is None:
+        return "\n\n".join(["## Switching heads off: the cost", "Pending: `python benchmarks/ablation.py` writes "
+                                                                   "`benchmarks/results/ablation-cpu.json`."])
+    rows = [[r["ablated"], n(r["heads"]), n(r["median_ms"], 2), f"{r['ratio']:.3f}×"] for r in a["rows"]]
+    return section(
+        "Switching heads off: the cost",
+        f"`python benchmarks/ablation.py`: `GPT.nats` of {n(a['batch'])} windows of {n(a['block_size'])} tokens, the "
+        f"default model's shape with random weights, the variants alternating over {n(a['rounds'])} rounds; the "
+        "median, and its ratio to nothing ablated ([attention maps](attention-maps.md#switching-heads-off)).",
+        "ablation-cpu", a.get("machine"), table(["heads off", "heads", "median ms", "ratio"], rows))
+
+
 def rhyme_levers(res: dict) -> str:
     r = res.get("rhyme-levers-cpu")
     if r is None:
@@ -366,7 +380,7 @@ def pending(name: str, command: str) -> str:
 
 
 SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
-            attention_maps, rhyme_levers)
+            attention_maps, ablation, rhyme_levers)
 
 
 def results_page(res: dict) -> str:
