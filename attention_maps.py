@@ -37,6 +37,7 @@ from model.inspection.attention_stats import (
     random_qk_maps,
 )
 from model.inspection.attention_view import ProbeView, attention_view_html
+from model.inspection.head_effects import format_effects, head_effects
 from model.inspection.plots import attention_grid
 from model.loading import build_gpt, load_engine, model_fields
 
@@ -128,6 +129,10 @@ def attention_report(cfg: DictConfig) -> dict:
         "probe": measure(cfg, learned[:1], init[:1], [tokens]),
         "heldout": {"poems": len(poems), **measure(cfg, learned[1:], init[1:], heldout_tokens)} if poems else None,
     }
+    if cfg.head_effects.enabled and not engine.ablated:  # what each head is for, by switching it off
+        every = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.head_effects.n_poems or 10 ** 9, None,
+                              block_size - 2)
+        report["head_effects"] = {"poems": len(every), **head_effects(engine, every)} if every else None
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / (
         ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -166,6 +171,9 @@ def main(cfg: DictConfig) -> None:
         print()
         print(format_table(f"held-out: {report['heldout']['poems']} validation poems ({', '.join(cfg.heldout.forms)})",
                            report["heldout"]))
+    if report.get("head_effects"):
+        print(f"\neach head off alone: Δ nats per target on {report['head_effects']['poems']} held-out poems")
+        print(format_effects(report["head_effects"]))
     print(f"\nwrote {report['json']}, {report['html']} and {len(report['figures'])} figures")
 
 

@@ -333,6 +333,18 @@ def attention_maps(res: dict) -> str:
                                                  f"{h[k]:.3f}{ {'high': ' +', 'low': ' −'}.get(h['flags'].get(k), '')}"
                                                  for k in names), h["pattern"]] for h in r["heads"]]
         parts += [f"### On {count}{title}", table(["", *names], base), table(["head", *names, "pattern"], heads)]
+    if e := a.get("head_effects"):
+        kinds = e["kinds"]
+        rows = [["targets", *(n(e["targets"][k]) for k in kinds)], ["intact, nats", *(n(e["intact"][k], 3) for k in kinds)]]
+        for m in e["layer_mean"]:
+            rows += [[f"L{h['layer']}H{h['head']} off", *(f"{h[k]:+.3f}" for k in kinds)]
+                     for h in e["heads"] if h["layer"] == m["layer"]]
+            rows.append([f"L{m['layer']}: mean of its heads", *(f"{m[k]:+.3f}" for k in kinds)])
+        parts += ["### Each head switched off alone",
+                  f"The change in nats per predicted token on {n(e['poems'])} held-out poems when one head's output is "
+                  "replaced by zero ([attention maps](attention-maps.md#switching-heads-off)): over every target, at "
+                  "rhyme slots (the last character of an even line), line starts, line-end marks and `<eos>`.",
+                  table(["", *kinds], rows)]
     return "\n\n".join(parts)
 
 
@@ -437,10 +449,18 @@ def readme_caption(a: dict) -> str:
                         f"the lesson's random maps {base:.2f})")
         else:
             said.append(f"head {h['head']} is {PLAIN.get(h['pattern'], h['pattern'])}")
+    effect = ""
+    if e := a.get("head_effects"):
+        mine = [h for h in e["heads"] if h["layer"] == FIGURE_LAYER]
+        top = max(e["heads"], key=lambda h: h["rhyme_slot"])
+        effect = (" Switched off alone, they cost " + ", ".join(f"{h['rhyme_slot']:+.3f}" for h in mine)
+                  + f" nats per rhyme-slot character (heads 0–{len(mine) - 1}); the head the rhymes need most is "
+                  f"L{top['layer']}H{top['head']} ({top['rhyme_slot']:+.3f}).")
     return (f"*Layer {FIGURE_LAYER} of the default run on 「{a['text']}」: the trained heads (top row), the same heads "
             "at initialisation, and the random-q/k maps of the attention lesson. Named by where they look "
-            f"{where}: {'; '.join(said)}.\nEvery head's figures: [results](docs/results.md#the-default-runs-heads); "
-            "how to read the figure: [attention maps](docs/attention-maps.md).*")
+            f"{where}: {'; '.join(said)}.{effect}\nEvery head's figures: "
+            "[results](docs/results.md#the-default-runs-heads); how to read the figure: "
+            "[attention maps](docs/attention-maps.md).*")
 
 
 def readme_sample(e: dict) -> str:

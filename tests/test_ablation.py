@@ -129,3 +129,36 @@ def test_the_loader_sets_it_for_every_script(tmp_path):
         load_engine(ckpt, ablate=["L1H0"], ablate_mode="mean")
     with pytest.raises(ValueError, match="ablate_mode='half' is not one of zero, mean"):
         load_engine(ckpt, ablate=["L1H0"], ablate_mode="half")
+
+
+def test_the_kinds_of_target_of_a_poem():
+    from model.inspection.head_effects import KINDS, target_kinds
+
+    labels = ["<bos>", *"床前明月光，疑是地上霜。举头望明月，低头思故乡。", "<eos>"]
+    kinds = target_kinds(labels)  # row i: the target labels[i + 1]
+    rows = {k: kinds[:, i].nonzero()[:, 0].tolist() for i, k in enumerate(KINDS)}
+    assert rows["rhyme_slot"] == [10, 22] and rows["line_start"] == [0, 6, 12, 18]
+    assert rows["mark"] == [5, 11, 17, 23] and rows["eos"] == [24] and len(rows["all"]) == 25
+
+
+def test_a_head_that_writes_nothing_has_no_effect_and_every_head_is_on_again():
+    from model.inspection.head_effects import KINDS, head_effects
+
+    tok = CharTokenizer.from_texts(POEMS)
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=40, n_layer=2, n_head=4, n_embd=32)).eval()
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        gpt.blocks[1].attn.c_proj.weight[:, 8:16] = 0  # head 1 of layer 1 writes nothing to the residual stream
+    engine = Engine(gpt, tok, "traditional")
+    idx = engine.encode_line(POEMS[0])[0]
+    before = gpt(idx)
+    effects = head_effects(engine, POEMS, batch_size=4)
+    assert effects["targets"]["rhyme_slot"] == 12 and effects["targets"]["eos"] == 6  # 2 per poem
+    silent = next(h for h in effects["heads"] if (h["layer"], h["head"]) == (1, 1))
+    assert all(silent[k] == 0 for k in KINDS)
+    assert all(abs(h["all"]) > 1e-4 for h in effects["heads"] if h is not silent)
+    layer1 = effects["layer_mean"][1]
+    assert layer1["all"] == pytest.approx(sum(h["all"] for h in effects["heads"][4:]) / 4)
+    assert torch.equal(gpt(idx), before) and engine.ablated == []

@@ -1,0 +1,109 @@
+"""What a head is for, by intervention: how much worse the model predicts held-out poems when that
+head alone is switched off (`model.ablation`), overall and at the places a poem is made of.
+
+For each head, the change in cross-entropy (nats per predicted token, ablated − intact) over
+every target of the poems, and over four kinds of target: a rhyme slot (the last character of
+an even line: where 押韵 happens), a line start (the first character after `<bos>` or a mark),
+a line-end mark (，。？！；), and `<eos>`. Beside it, the same figure averaged over the heads
+of its layer, the control for "this layer matters" (Michel et al. 2019 ablate one head at a
+time the same way). A pattern (`attention_stats`) says where a head looks; this says whether
+the model needs it there.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from data.verse.poetry import LINE_END
+from model.ablation import ablate
+from model.engine import Engine
+
+KINDS = ("all", "rhyme_slot", "line_start", "mark", "eos")
+"""The kinds of target the effects are reported for; `all` is every predicted token."""
+
+
+def target_kinds(labels: Sequence[str]) -> torch.Tensor:
+    """The kinds of each target of a poem: labels (T,) the tokens as text (`<bos>` … `<eos>`) →
+    (T − 1, len(KINDS)) bool, row i for the token at i + 1. A rhyme slot is a character whose
+    next token is a mark that ends an even line (the 2nd, 4th, … line of the poem)."""
+    T = len(labels)
+    kinds = torch.zeros(T - 1, len(KINDS), dtype=torch.bool)
+    kinds[:, 0] = True
+    line = 0  # lines ended so far
+    for i in range(1, T):
+        t, before = labels[i], labels[i - 1]
+        is_mark = t in LINE_END
+        kinds[i - 1, 3] = is_mark
+        kinds[i - 1, 4] = t == "<eos>"
+        kinds[i - 1, 2] = len(t) == 1 and not is_mark and (before == "<bos>" or before in LINE_END)
+        after = labels[i + 1] if i + 1 < T else ""
+        kinds[i - 1, 1] = len(t) == 1 and not is_mark and after in LINE_END and line % 2 == 1
+        line += is_mark
+    return kinds
+
+
+@torch.no_grad()
+def poem_nats(engine: Engine, batch: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per-target nats of padded poems: batch (B, T) int64 ids, lengths (B,) → (B, T − 1), 0 past a poem's end."""
+    targets = batch[:, 1:].clone()
+    targets[torch.arange(targets.size(1))[None] >= (lengths - 1)[:, None]] = -1
+    return engine.model.nats(batch[:, :-1], targets)
+
+
+@torch.no_grad()
+def head_effects(engine: Engine, poems: Sequence[str], batch_size: int = 64) -> dict:
+    """The effect of switching each head off alone on `poems` (held-out poems, each at most
+    block_size − 2 characters so that `<eos>` fits), zero ablation → {"kinds": KINDS, "targets":
+    {kind: count}, "intact": {kind: nats per target}, "heads": [{"layer", "head", kind: Δ nats per
+    target, …}], "layer_mean": [{"layer", kind: Δ, …}]}. Every head is on again at the end."""
+    tok, cfg = engine.tokenizer, engine.model.cfg
+    seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True) for p in poems]
+    kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
+    batches = []
+    for start in range(0, len(seqs), batch_size):
+        chunk = seqs[start:start + batch_size]
+        ids = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.long)
+        for b, s in enumerate(chunk):
+            ids[b, : len(s)] = torch.tensor(s)
+        mask = torch.zeros(len(chunk), ids.size(1) - 1, len(KINDS), dtype=torch.bool)
+        for b, k in enumerate(kinds[start:start + batch_size]):
+            mask[b, : len(k)] = k
+        batches.append((ids.to(engine.device), torch.tensor(list(map(len, chunk)), device=engine.device), mask))
+
+    def per_kind() -> torch.Tensor:  # (len(KINDS),) summed nats, float64
+        total = torch.zeros(len(KINDS), dtype=torch.float64)
+        for ids, lengths, mask in batches:
+            nats = poem_nats(engine, ids, lengths).double().cpu()  # (B, T − 1)
+            total += (nats[..., None] * mask).sum((0, 1))
+        return total
+
+    counts = sum(m.sum((0, 1)) for _, _, m in batches).double()  # (len(KINDS),)
+    ablate(engine, [])
+    intact = per_kind()
+    heads = []
+    for layer in range(cfg.n_layer):
+        for head in range(cfg.n_head):
+            ablate(engine, [f"L{layer}H{head}"])
+            delta = (per_kind() - intact) / counts
+            heads.append({"layer": layer, "head": head, **dict(zip(KINDS, delta.tolist()))})
+    ablate(engine, [])
+    layer_mean = [{"layer": ly, **{k: sum(h[k] for h in heads if h["layer"] == ly) / cfg.n_head for k in KINDS}}
+                  for ly in range(cfg.n_layer)]
+    return {"kinds": list(KINDS), "targets": dict(zip(KINDS, counts.long().tolist())),
+            "intact": dict(zip(KINDS, (intact / counts).tolist())), "heads": heads, "layer_mean": layer_mean}
+
+
+def format_effects(effects: dict) -> str:
+    """The effects as a text table: per head Δ nats per target by kind, then each layer's mean."""
+    kinds = effects["kinds"]
+    lines = [f"{'':<22}" + "".join(f"{k:>12}" for k in kinds),
+             f"{'targets':<22}" + "".join(f"{effects['targets'][k]:>12,}" for k in kinds),
+             f"{'intact (nats)':<22}" + "".join(f"{effects['intact'][k]:>12.3f}" for k in kinds)]
+    means = {m["layer"]: m for m in effects["layer_mean"]}
+    for h in effects["heads"]:
+        lines.append(f"{'L%dH%d off' % (h['layer'], h['head']):<22}" + "".join(f"{h[k]:>+12.3f}" for k in kinds))
+        if h["head"] == len([x for x in effects["heads"] if x["layer"] == h["layer"]]) - 1:
+            m = means[h["layer"]]
+            lines.append(f"{'L%d mean of heads' % h['layer']:<22}" + "".join(f"{m[k]:>+12.3f}" for k in kinds))
+    return "\n".join(lines)
