@@ -27,6 +27,7 @@ from data.corpus_io import heldout_poems
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
+from model.engine import pad
 from model.gpt import GPT
 from model.inspection.attention_stats import (
     STATISTICS,
@@ -52,10 +53,7 @@ def batch_maps(gpt: GPT, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
     """Attention maps of sequences of different lengths in one pass: each (1, T_s) int64 →
     (n_layer, n_head, T_s, T_s). Shorter sequences are padded at the end; by causality the
     padding changes no row of the real positions."""
-    T = max(s.size(1) for s in sequences)
-    idx = torch.zeros(len(sequences), T, dtype=torch.long)
-    for b, s in enumerate(sequences):
-        idx[b, : s.size(1)] = s[0]
+    idx, _ = pad([s[0] for s in sequences], sequences[0].device)
     maps = torch.stack(gpt.attention_maps(idx), dim=1).float()  # (B, n_layer, n_head, T, T)
     return [maps[b, :, :, : s.size(1), : s.size(1)] for b, s in enumerate(sequences)]
 

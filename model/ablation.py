@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from model.engine import Engine
+from model.engine import Engine, pad
 
 MODES = ("zero", "mean")
 MEAN_POEMS = 256
@@ -49,12 +49,8 @@ def head_means(engine: Engine, poems: Sequence[str]) -> torch.Tensor:
     model's script, each fed from `<bos>`, at most block_size − 1 characters): (n_layer, n_head, d_k).
     Read at the input of each layer's W_O (`c_proj`) with forward hooks, with no head ablated."""
     gpt, cfg = engine.model, engine.model.cfg
-    seqs = [engine.encode_line(p, "training poem")[0][0] for p in poems]
-    idx = torch.zeros(len(seqs), max(len(s) for s in seqs), dtype=torch.long, device=engine.device)
-    for b, s in enumerate(seqs):
-        idx[b, : len(s)] = s
-    real = torch.arange(idx.size(1), device=idx.device)[None] < torch.tensor([len(s) for s in seqs],
-                                                                               device=idx.device)[:, None]  # (B, T)
+    idx, lengths = pad([engine.encode_line(p, "training poem")[0][0] for p in poems], engine.device)  # (B, T)
+    real = torch.arange(idx.size(1), device=idx.device)[None] < lengths[:, None]  # (B, T)
     sums = []
     hooks = [block.attn.c_proj.register_forward_pre_hook(lambda m, args: sums.append(
         (args[0].float() * real[..., None]).sum((0, 1)))) for block in gpt.blocks]  # padding after: causal, unread

@@ -28,6 +28,16 @@ Draw = Callable[[torch.Tensor], torch.Tensor]
 """logits (B, vocab_size) float, after the processors → the next token of every row, (B, 1) int64."""
 
 
+def pad(seqs: Sequence[Sequence[int]], device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences of different lengths as one batch, padded with 0 at the end (by causality
+    no real position reads the padding) → (ids (B, T) int64, lengths (B,) int64), on device."""
+    lengths = torch.tensor([len(s) for s in seqs], device=device)
+    ids = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long, device=device)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.as_tensor(s, device=device)
+    return ids, lengths
+
+
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """The likeliest token of every row: logits (B, V) → (B, 1) int64."""
     return logits.argmax(dim=-1, keepdim=True)

@@ -17,7 +17,7 @@ import torch
 
 from data.verse.poetry import LINE_END
 from model.ablation import ablate
-from model.engine import Engine
+from model.engine import Engine, pad
 
 KINDS = ("all", "rhyme_slot", "line_start", "mark", "eos")
 """The kinds of target the effects are reported for; `all` is every predicted token."""
@@ -62,14 +62,11 @@ def head_effects(engine: Engine, poems: Sequence[str], batch_size: int = 64) -> 
     kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
     batches = []
     for start in range(0, len(seqs), batch_size):
-        chunk = seqs[start:start + batch_size]
-        ids = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.long)
-        for b, s in enumerate(chunk):
-            ids[b, : len(s)] = torch.tensor(s)
-        mask = torch.zeros(len(chunk), ids.size(1) - 1, len(KINDS), dtype=torch.bool)
+        ids, lengths = pad(seqs[start:start + batch_size], engine.device)  # (B, T), (B,)
+        mask = torch.zeros(ids.size(0), ids.size(1) - 1, len(KINDS), dtype=torch.bool)
         for b, k in enumerate(kinds[start:start + batch_size]):
             mask[b, : len(k)] = k
-        batches.append((ids.to(engine.device), torch.tensor(list(map(len, chunk)), device=engine.device), mask))
+        batches.append((ids, lengths, mask))
 
     def per_kind() -> torch.Tensor:  # (len(KINDS),) summed nats, float64
         total = torch.zeros(len(KINDS), dtype=torch.float64)
