@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -38,8 +39,9 @@ from model.inspection.attention_stats import (
     random_qk_maps,
 )
 from model.inspection.attention_view import ProbeView, attention_view_html
-from model.inspection.head_effects import format_effects, head_effects
+from model.inspection.head_effects import HeadScorer, format_effects, head_effects
 from model.inspection.plots import attention_grid
+from model.inspection.rhyme_heads import format_study, rhyme_study
 from model.loading import build_gpt, load_engine, model_fields
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -96,6 +98,16 @@ def format_table(title: str, result: dict) -> str:
     return "\n".join(lines)
 
 
+def card_effects(effects: dict | None) -> dict[str, str]:
+    """Head name → its card's line in the view: what switching it off alone cost, and its verdict
+    if it looks at the rhyme."""
+    if not effects:
+        return {}
+    verdicts = {v["heads"][0]: v["label"] for v in effects.get("rhyme", {}).get("verdicts", []) if len(v["heads"]) == 1}
+    return {(name := f"L{h['layer']}H{h['head']}"): f"off: {h['all']:+.3f} nats/token, {h['rhyme_slot']:+.3f} at "
+            f"rhyme slots" + (f" · {verdicts[name]}" if name in verdicts else "") for h in effects["heads"]}
+
+
 def attention_report(cfg: DictConfig) -> dict:
     """Compute, draw and write everything; returns the JSON report.
 
@@ -130,7 +142,16 @@ def attention_report(cfg: DictConfig) -> dict:
     if cfg.head_effects.enabled and not engine.ablated:  # what each head is for, by switching it off
         every = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.head_effects.n_poems or 10 ** 9, None,
                               block_size - 2)
-        report["head_effects"] = {"poems": len(every), **head_effects(engine, every)} if every else None
+        report["head_effects"] = None
+        if every:
+            start, he = time.perf_counter(), cfg.head_effects
+            scorer = HeadScorer(engine, every)
+            report["head_effects"] = {"poems": len(every), **head_effects(engine, every, scorer=scorer)}
+            report["head_effects"]["seconds"] = time.perf_counter() - start
+            if report["heldout"]:
+                report["head_effects"]["rhyme"] = rhyme_study(
+                    engine, scorer, report["heldout"]["heads"], he.control.seeds, he.control.per_seed, he.free.seeds,
+                    he.free.num_samples, cfg.heldout.corpus_path)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / (
         ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +174,8 @@ def attention_report(cfg: DictConfig) -> dict:
         verdicts[f"{len(poems)} held-out poems"] = report["heldout"]["heads"]
     view = ProbeView(tokens, dict(zip(kinds, [learned[0].numpy(), init[0].numpy(), *random_maps.numpy()])), verdicts)
     report["html"] = str(out_dir / "attention_view.html")
-    Path(report["html"]).write_text(attention_view_html([view], f"{ckpt.parent.name} · {report['text']}"),
+    Path(report["html"]).write_text(attention_view_html([view], f"{ckpt.parent.name} · {report['text']}",
+                                                        effects=card_effects(report.get("head_effects"))),
                                     encoding="utf-8")
     report["json"] = str(out_dir / "attention_maps.json")
     Path(report["json"]).write_text(json.dumps(report, ensure_ascii=False, indent=1))
@@ -172,6 +194,10 @@ def main(cfg: DictConfig) -> None:
     if report.get("head_effects"):
         print(f"\neach head off alone: Δ nats per target on {report['head_effects']['poems']} held-out poems")
         print(format_effects(report["head_effects"]))
+        if study := report["head_effects"].get("rhyme"):
+            looking = ", ".join(study["looking"]) or "none"
+            print(f"\nheads switched off together; the heads that look at the rhyme: {looking}")
+            print(format_study(study, report["head_effects"]["kinds"]))
     print(f"\nwrote {report['json']}, {report['html']} and {len(report['figures'])} figures")
 
 

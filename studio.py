@@ -21,7 +21,7 @@ rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which
 def serve(cfg: DictConfig) -> None:
     """Serve the studio at cfg.host:cfg.port until Ctrl-C; a missing checkpoint is reported, not fatal."""
     app = create_app(cfg.paths.checkpoint_dir, cfg.ckpt_path, cfg.device, cfg.backend, tuple(cfg.allowed_hosts),
-                     tuple(cfg.allowed_folders))
+                     tuple(cfg.allowed_folders), cfg.corpus_path)
     try:  # load the default checkpoint now, so that the first poem starts at once
         _, path = app.state.engine_for(None)
         print(f"checkpoint {path}")

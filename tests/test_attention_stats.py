@@ -181,13 +181,13 @@ def test_far_from_and_pattern_names():
     stats["prev_line_next_pos"][0, 2], stats["prev_line_rhyme"][0, 2] = 0.5, 0.9  # both: the larger names it
     rows = head_rows(stats, baselines)
     assert len(rows) == 6 and (rows[5]["layer"], rows[5]["head"]) == (1, 2)
-    assert [r["pattern"] for r in rows] == ["random-like", "random-like", "rhyme head",
-                                            "rhyme head", "parallel-position head", "same-position head"]
+    assert [r["pattern"] for r in rows] == ["random-like", "random-like", "previous-rhyme head",
+                                            "previous-rhyme head", "parallel-position head", "same-position head"]
     assert rows[2]["flags"] == {"prev_line_next_pos": "high", "prev_line_rhyme": "high"}
 
 
 @pytest.mark.parametrize("statistic, pattern", [("prev_line_next_pos", "parallel-position head"),
-                                                ("prev_line_rhyme", "rhyme head")])
+                                                ("prev_line_rhyme", "previous-rhyme head")])
 def test_poetry_heads_are_flagged_and_named_against_the_random_baselines(statistic, pattern):
     """Heads like the issue's L3H0 and L3H2 (0.8 of each second-line row on the target, the rest
     uniform) stand out from the lesson's random maps and are named after what they do."""

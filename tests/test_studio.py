@@ -23,7 +23,7 @@ from model.loading import load_engine
 from model.sampling.poems import SamplingOptions, sample_ids, sample_poems
 from model.studio.server import OPTIONS, background, create_app
 from model.training.lit import LitGPT
-from tests.conftest import POEMS, ROOT
+from tests.conftest import POEMS, ROOT, write_corpus
 from tests.test_attention_maps import write_checkpoint
 
 httpx = pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2: pip install -r requirements.txt")
@@ -119,6 +119,22 @@ def test_a_prompts_rows_come_with_the_start(client, ckpt):
         np.testing.assert_allclose(np.asarray(r["w"]) / SCALE, full[:, :, r["pos"], : r["pos"] + 1], atol=0.6 / SCALE)
 
 
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_a_poem_with_heads_switched_off_is_sample_pys_and_the_others_keep_every_head(tmp_path, ckpt, mode):
+    corpus = write_corpus(tmp_path / "tang.jsonl.xz")
+    client = TestClient(create_app(ckpt.parents[1], allowed_hosts=("testserver",), corpus_path=corpus))
+    opts = {"form": "wujue", "seed": 5}
+    evs = events(post(client, {**opts, "ablate": ["L1H0", "L0H1"], "ablate_mode": mode})[1])
+    intact_evs = events(post(client, opts)[1])
+    off, intact = evs[-1][1]["poem"], intact_evs[-1][1]["poem"]
+    probs = [[d["prob"] for name, d in e if name == "step"] for e in (evs, intact_evs)]
+    options = SamplingOptions(form="wujue", seed=5)
+    assert off == sample_poems(load_engine(ckpt, ablate=["L1H0", "L0H1"], ablate_mode=mode, corpus_path=corpus),
+                               options)[0]
+    assert intact == sample_poems(load_engine(ckpt), options)[0]
+    assert probs[0][0] != probs[1][0]  # the model's probabilities moved; the other poem kept every head
+
+
 def sample_error(ckpt, **options) -> str:
     """The message `sample.py` exits with for these options."""
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
@@ -137,6 +153,7 @@ def sample_error(ckpt, **options) -> str:
     {"acrostic": "，", "form": "wujue"},  # a mark cannot start a line
     {"ckpt_path": "missing/last.ckpt"},
     {"top_p": 1.5}, {"form": "ci"}, {"max_new_tokens": 10, "form": "qilv"},
+    {"ablate": ["L9H0"]}, {"ablate": ["L0H0", "head 1"]},  # a head the model lacks, a malformed name
 ])
 def test_bad_input_gets_sample_pys_one_line_message_and_the_server_keeps_serving(client, ckpt, options):
     if "ckpt_path" in options:  # inside the checkpoints folder, the only one a page may name
@@ -152,6 +169,10 @@ def test_bad_input_gets_sample_pys_one_line_message_and_the_server_keeps_serving
     ({"num_samples": 3}, "error: unknown option num_samples; the options are prompt,"),
     ([], "error: the request must be a JSON object of options"),
     ({"ckpt_path": 3}, "error: ckpt_path must be a path or null, got 3"),
+    ({"ablate": "L0H0"}, "error: ablate must be a list of at most 256 head names, e.g. [\"L3H1\"], got 'L0H0'"),
+    ({"ablate": [[1]]}, "error: ablate must be a list of at most 256 head names"),
+    ({"ablate": ["L0H0"] * 257}, "error: ablate must be a list of at most 256 head names"),
+    ({"ablate": ["L0H0"], "ablate_mode": "half"}, "error: ablate_mode must be one of zero, mean, got 'half'"),
 ])
 def test_malformed_requests_get_a_one_line_message(client, body, said):
     status, text = post(client, body)

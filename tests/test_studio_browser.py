@@ -152,3 +152,26 @@ def test_bad_input_shows_sample_pys_message_and_the_next_poem_comes(page, studio
     run = write(page, prompt="床前明月光", form="wujue", acrostic="")
     assert run["poem"].startswith("床前明月光，") and page.inner_text("#message") == ""
     assert errors == []
+
+
+def test_a_head_switched_off_on_its_card_writes_the_next_poem_without_it(page, studio):
+    page, _, errors = page
+    _, ckpt = studio
+    write(page, form="wujue", seed=3)
+    pos, _ = characters(page)[4]
+    page.click(f'#poem .ch[data-pos="{pos}"]')
+    page.click('.mv .head .switch input[data-head="L1H0"]')
+    page.click('.mv .head .switch input[data-head="L0H1"]')
+    assert page.input_value('[name="ablate"]') == "L0H1 L1H0"
+    assert "written with L0H1, L1H0 off (zero)" in page.inner_text("#message")
+    page.click('.mv .head .switch input[data-head="L0H1"]')  # on again
+    run = write(page)
+    off = load_engine(ckpt, ablate=["L1H0"])
+    assert run["poem"] == sample_poems(off, SamplingOptions(form="wujue", seed=3))[0]
+    pos, _ = characters(page)[4]
+    page.click(f'#poem .ch[data-pos="{pos}"]')
+    assert "written with L1H0 off" in page.inner_text("#step-info")
+    assert page.is_checked('.mv .head .switch input[data-head="L1H0"]')
+    write(page, ablate="L7H0")
+    assert page.inner_text("#message").startswith("error: ablate: L7H0 is not a head of this model, which has layers 0–1")
+    assert errors == []

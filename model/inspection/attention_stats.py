@@ -52,7 +52,7 @@ PATTERNS = {
     "punctuation": "punctuation head",
     "prev_line_same_pos": "same-position head",
     "prev_line_next_pos": "parallel-position head",
-    "prev_line_rhyme": "rhyme head",
+    "prev_line_rhyme": "previous-rhyme head",
 }
 """A head flagged high on one of these masses is named after the largest of them."""
 

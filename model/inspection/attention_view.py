@@ -101,11 +101,13 @@ def _verdicts(rows: Sequence[Mapping], statistics: Sequence[str]) -> list[dict]:
              "stats": {n: _figure(r.get(n)) for n in statistics}} for r in rows]
 
 
-def view_data(probes: Sequence[ProbeView], title: str = "", statistics: Sequence[str] = STATISTICS) -> dict:
+def view_data(probes: Sequence[ProbeView], title: str = "", statistics: Sequence[str] = STATISTICS,
+              effects: Mapping[str, str] | None = None) -> dict:
     """The JSON the page's script reads.
 
     probes: one or more texts, the same map labels and model shape in each; title: shown
-    on top; statistics: the names of the verdicts' figures, in table order → {"title", "scale",
+    on top; statistics: the names of the verdicts' figures, in table order; effects: head name
+    (`L3H1`) → what switching it off did, one line on its card → {"title", "scale", "effects",
     "colormap" (256 viridis colours as one hex string, the PNGs' scale 0 … 1), "statistics", "kinds" (map labels),
     "n_layer", "n_head", "probes": [{"tokens", "maps": [kind][layer][head][row] integer
     weights in units of 1/scale, "verdicts": [{"label", "heads"}]}]}. raises ValueError
@@ -129,7 +131,8 @@ def view_data(probes: Sequence[ProbeView], title: str = "", statistics: Sequence
         out.append({"tokens": tokens, "maps": maps,
                     "verdicts": [{"label": label, "heads": _verdicts(rows, statistics)}
                                  for label, rows in probe.verdicts.items()]})
-    return {"title": title, "scale": SCALE, "colormap": colormap(), "statistics": list(statistics), "kinds": kinds,
+    return {"title": title, "scale": SCALE, "effects": dict(effects or {}), "colormap": colormap(),
+            "statistics": list(statistics), "kinds": kinds,
             "n_layer": int(shape[0]), "n_head": int(shape[1]), "probes": out}
 
 
@@ -167,8 +170,9 @@ def page(data: dict | None = None, title: str = "") -> str:
             .replace(slot, slot.replace("null", payload)))
 
 
-def attention_view_html(probes: Sequence[ProbeView], title: str = "", statistics: Sequence[str] = STATISTICS) -> str:
+def attention_view_html(probes: Sequence[ProbeView], title: str = "", statistics: Sequence[str] = STATISTICS,
+                        effects: Mapping[str, str] | None = None) -> str:
     """One self-contained HTML page of the probes' attention (see `view_data` for the
     arguments and errors): no external script, style sheet or font (its size for the
     default model: docs/attention-view.md)."""
-    return page(view_data(probes, title, statistics), title)
+    return page(view_data(probes, title, statistics, effects), title)

@@ -11,6 +11,7 @@ the model needs it there.
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import torch
@@ -51,44 +52,94 @@ def poem_nats(engine: Engine, batch: torch.Tensor, lengths: torch.Tensor) -> tor
     return engine.model.nats(batch[:, :-1], targets)
 
 
-@torch.no_grad()
-def head_effects(engine: Engine, poems: Sequence[str], batch_size: int = 64) -> dict:
-    """The effect of switching each head off alone on `poems` (held-out poems, each at most
-    block_size − 2 characters so that `<eos>` fits), zero ablation → {"kinds": KINDS, "targets":
-    {kind: count}, "intact": {kind: nats per target}, "heads": [{"layer", "head", kind: Δ nats per
-    target, …}], "layer_mean": [{"layer", kind: Δ, …}]}. Every head is on again at the end."""
-    tok, cfg = engine.tokenizer, engine.model.cfg
-    seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True) for p in poems]
-    kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
-    batches = []
-    for start in range(0, len(seqs), batch_size):
-        ids, lengths = pad(seqs[start:start + batch_size], engine.device)  # (B, T), (B,)
-        mask = torch.zeros(ids.size(0), ids.size(1) - 1, len(KINDS), dtype=torch.bool)
-        for b, k in enumerate(kinds[start:start + batch_size]):
-            mask[b, : len(k)] = k
-        batches.append((ids, lengths, mask))
+class HeadScorer:
+    """Held-out poems batched once, scored with any set of heads off (zero ablation).
 
-    def per_kind() -> torch.Tensor:  # (len(KINDS),) summed nats, float64
-        total = torch.zeros(len(KINDS), dtype=torch.float64)
-        for ids, lengths, mask in batches:
-            nats = poem_nats(engine, ids, lengths).double().cpu()  # (B, T − 1)
-            total += (nats[..., None] * mask).sum((0, 1))
+    poems: text, each at most block_size − 2 characters so that `<eos>` fits. `counts`:
+    (len(KINDS),) targets of each kind; `intact`: nats per target by kind with every head on;
+    `delta(names)`: the change in nats per target by kind with those heads off (memoised by
+    set). Every head is on again after each call.
+    """
+
+    def __init__(self, engine: Engine, poems: Sequence[str], batch_size: int = 64):
+        tok = engine.tokenizer
+        seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True) for p in poems]
+        kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
+        self.engine, self.batches, self.memo = engine, [], {}
+        for start in range(0, len(seqs), batch_size):
+            ids, lengths = pad(seqs[start:start + batch_size], engine.device)  # (B, T), (B,)
+            mask = torch.zeros(ids.size(0), ids.size(1) - 1, len(KINDS), dtype=torch.bool)
+            for b, k in enumerate(kinds[start:start + batch_size]):
+                mask[b, : len(k)] = k
+            self.batches.append((ids, lengths, mask))
+        self.counts = sum(m.sum((0, 1)) for _, _, m in self.batches).double()  # (len(KINDS),)
+        self.intact = self.sums(()) / self.counts
+
+    def sums(self, names: tuple[str, ...]) -> torch.Tensor:
+        """(len(KINDS),) summed nats, float64, with the named heads off."""
+        ablate(self.engine, names)
+        try:
+            total = torch.zeros(len(KINDS), dtype=torch.float64)
+            for ids, lengths, mask in self.batches:
+                nats = poem_nats(self.engine, ids, lengths).double().cpu()  # (B, T − 1)
+                total += (nats[..., None] * mask).sum((0, 1))
+        finally:
+            ablate(self.engine, [])
         return total
 
-    counts = sum(m.sum((0, 1)) for _, _, m in batches).double()  # (len(KINDS),)
-    ablate(engine, [])
-    intact = per_kind()
-    heads = []
-    for layer in range(cfg.n_layer):
-        for head in range(cfg.n_head):
-            ablate(engine, [f"L{layer}H{head}"])
-            delta = (per_kind() - intact) / counts
-            heads.append({"layer": layer, "head": head, **dict(zip(KINDS, delta.tolist()))})
-    ablate(engine, [])
+    def delta(self, names: Sequence[str]) -> dict[str, float]:
+        """{kind: Δ nats per target} with the named heads off (ablated − intact)."""
+        key = tuple(sorted(names))
+        if key not in self.memo:
+            self.memo[key] = dict(zip(KINDS, (self.sums(key) / self.counts - self.intact).tolist()))
+        return self.memo[key]
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+@torch.no_grad()
+def head_effects(engine: Engine, poems: Sequence[str], batch_size: int = 64,
+                 scorer: HeadScorer | None = None) -> dict:
+    """The effect of switching each head off alone on `poems` (held-out poems, as `HeadScorer`),
+    zero ablation → {"kinds": KINDS, "targets": {kind: count}, "intact": {kind: nats per
+    target}, "heads": [{"layer", "head", kind: Δ nats per target, …}], "layer_mean": [{"layer",
+    kind: Δ, …}]}. Every head is on again at the end."""
+    scorer = scorer or HeadScorer(engine, poems, batch_size)
+    cfg = engine.model.cfg
+    heads = [{"layer": ly, "head": h, **scorer.delta([head_name(ly, h)])}
+             for ly in range(cfg.n_layer) for h in range(cfg.n_head)]
     layer_mean = [{"layer": ly, **{k: sum(h[k] for h in heads if h["layer"] == ly) / cfg.n_head for k in KINDS}}
                   for ly in range(cfg.n_layer)]
-    return {"kinds": list(KINDS), "targets": dict(zip(KINDS, counts.long().tolist())),
-            "intact": dict(zip(KINDS, (intact / counts).tolist())), "heads": heads, "layer_mean": layer_mean}
+    return {"kinds": list(KINDS), "targets": dict(zip(KINDS, scorer.counts.long().tolist())),
+            "intact": dict(zip(KINDS, scorer.intact.tolist())), "heads": heads, "layer_mean": layer_mean}
+
+
+def random_sets(n_layer: int, n_head: int, size: int, seeds: Sequence[int], per_seed: int) -> list[list[str]]:
+    """Control sets: for each seed, `per_seed` sets of `size` distinct heads drawn uniformly from
+    every head of the model (`random.Random(seed)`), each sorted by name. raises ValueError if
+    size is not 1 to n_layer · n_head."""
+    every = [head_name(ly, h) for ly in range(n_layer) for h in range(n_head)]
+    if not 1 <= size <= len(every):
+        raise ValueError(f"a random head set has 1 to {len(every)} heads, not {size}")
+    sets = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        sets += [sorted(rng.sample(every, size)) for _ in range(per_seed)]
+    return sets
+
+
+def control(scorer: HeadScorer, size: int, seeds: Sequence[int], per_seed: int, quantile: float = 0.95) -> dict:
+    """The rise in nats a random set of `size` heads causes: `random_sets` scored → {"size",
+    "seeds", "sets", kind: [Δ per set], "p95": {kind: the `quantile` of Δ over the sets (linear
+    interpolation)}}: the bar a named set must clear to count as needed for that kind."""
+    cfg = scorer.engine.model.cfg
+    sets = random_sets(cfg.n_layer, cfg.n_head, size, seeds, per_seed)
+    deltas = [scorer.delta(s) for s in sets]
+    values = {k: [d[k] for d in deltas] for k in KINDS}
+    return {"size": size, "seeds": list(seeds), "sets": sets, **values,
+            "p95": {k: torch.quantile(torch.tensor(v, dtype=torch.float64), quantile).item() for k, v in values.items()}}
 
 
 def format_effects(effects: dict) -> str:

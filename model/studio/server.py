@@ -7,7 +7,8 @@ serves it with uvicorn, one process, no database):
 - `GET /options[?ckpt_path=…]`: the options' defaults (`SamplingOptions`), the forms, the
   controls, the colour scale, and the checkpoint's path and model shape, or `error`: the
   one-line message why there is none.
-- `POST /generate`: a JSON object of `OPTIONS` and `ckpt_path` (null: the default) → 400
+- `POST /generate`: a JSON object of `OPTIONS`, `ckpt_path` (null: the default), `ablate` (heads
+  to switch off, `["L3H1", …]`, `model.ablation`) and `ablate_mode` (zero | mean) → 400
   `{"error": "error: …"}`, the message `sample.py` prints, for bad input; else an event stream:
   `start` {tokens, texts, rows}; one `step` per drawn token {pos, label, text, prob, row,
   allowed}; `given` {pos, tokens, texts, rows} for a prompt that follows a drawn plan; then
@@ -54,12 +55,15 @@ from starlette.routing import Route
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS
+from model.ablation import MODES
 from model.cli import USER_ERRORS
 from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
 from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps
 
+MAX_ABLATED = 256
+"""The most head names a request may list."""
 OPTIONS = tuple(f for f in SamplingOptions.__dataclass_fields__ if f not in ("num_samples", "use_cache"))
 """The page's options: `sample.py`'s, less num_samples (one poem a page) and use_cache (always on)."""
 SHOWN = 300
@@ -104,17 +108,24 @@ class LocalOnly:
         return None
 
 
-def read_options(body: object) -> tuple[SamplingOptions, str | None]:
-    """A request's JSON → (options, ckpt_path or None). raises ValueError in one line for a body
-    that is not an object, an unknown option, or a value of the wrong type."""
+def read_options(body: object) -> tuple[SamplingOptions, str | None, tuple[str, ...], str]:
+    """A request's JSON → (options, ckpt_path or None, heads to switch off, ablate_mode). raises
+    ValueError in one line for a body that is not an object, an unknown option, or a value of the
+    wrong type (head names themselves are checked against the model when it is loaded)."""
     if not isinstance(body, dict):
         raise ValueError('the request must be a JSON object of options, e.g. {"form": "wujue", "rhyme": true}')
     body = dict(body)
     ckpt = body.pop("ckpt_path", None)
+    heads, mode = body.pop("ablate", None) or [], body.pop("ablate_mode", None) or "zero"
     if unknown := sorted(set(body) - set(OPTIONS)):
-        raise ValueError(f"unknown option {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
+        raise ValueError(f"unknown option {', '.join(unknown)}; the options are {', '.join(OPTIONS)}, ckpt_path, "
+                         "ablate, ablate_mode")
     if ckpt is not None and not isinstance(ckpt, str):
         raise ValueError(f"ckpt_path must be a path or null, got {ckpt!r}")
+    if not isinstance(heads, list) or not all(isinstance(h, str) for h in heads) or len(heads) > MAX_ABLATED:
+        raise ValueError(f'ablate must be a list of at most {MAX_ABLATED} head names, e.g. ["L3H1"], got {heads!r:.80}')
+    if mode not in MODES:
+        raise ValueError(f"ablate_mode must be one of {', '.join(MODES)}, got {mode!r:.40}")
     try:
         opts = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SamplingOptions), body))
     except OmegaConfBaseException as err:
@@ -123,7 +134,7 @@ def read_options(body: object) -> tuple[SamplingOptions, str | None]:
         raise ValueError(f"max_new_tokens must be 1 to {MAX_NEW_TOKENS} in the studio, got {opts.max_new_tokens}")
     if not 0 <= opts.seed < 2 ** 63:
         raise ValueError(f"seed must be 0 to 2**63 - 1, got {opts.seed}")
-    return opts, ckpt or None
+    return opts, ckpt or None, tuple(heads), mode
 
 
 def event(name: str, data: dict) -> str:
@@ -210,29 +221,31 @@ def inside(path: Path, folders: list[Path]) -> bool:
 
 def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device: str = "auto",
                backend: str | None = None, allowed_hosts: tuple[str, ...] = (),
-               allowed_folders: tuple[str, ...] = ()) -> Starlette:
+               allowed_folders: tuple[str, ...] = (), corpus_path: str | Path | None = None) -> Starlette:
     """The studio's app (module docstring). ckpt_path: the default checkpoint (None: the newest
     `checkpoint_dir/*/last.ckpt` when a poem is asked for); device, backend: as `sample.py`'s;
     allowed_hosts: Host names served besides the loopback ones; allowed_folders: folders a
-    request's ckpt_path may name besides checkpoint_dir. Nothing is loaded here:
+    request's ckpt_path may name besides checkpoint_dir; corpus_path: the corpus whose training
+    poems give the heads' means (ablate_mode=mean). Nothing is loaded here:
     `app.state.engine_for(None)` loads the default ahead of the first poem."""
     folders = [Path(checkpoint_dir), *map(Path, allowed_folders)]
     style, script = assets()
     page = importlib.resources.files(__package__).joinpath("studio.html").read_text(encoding="utf-8")
     page = page.replace("/* attention view style */", style).replace("/* attention view script */", script)
 
-    @lru_cache(maxsize=4)
-    def load(path: str, mtime_ns: int) -> Engine:  # mtime: a rewritten checkpoint is read again
-        return load_engine(path, checkpoint_dir, device, backend)
+    @lru_cache(maxsize=8)
+    def load(path: str, mtime_ns: int, ablate: tuple[str, ...], mode: str) -> Engine:  # mtime: a rewritten
+        return load_engine(path, checkpoint_dir, device, backend, ablate, mode, corpus_path)  # checkpoint is read again
 
-    def engine_for(ckpt: str | None) -> tuple[Engine, Path]:
-        """ckpt: a request's ckpt_path (None: the studio's own; `last`: the newest in the checkpoints folder).
-        raises ValueError for one outside `folders`."""
+    def engine_for(ckpt: str | None, ablate: tuple[str, ...] = (), mode: str = "zero") -> tuple[Engine, Path]:
+        """ckpt: a request's ckpt_path (None: the studio's own; `last`: the newest in the checkpoints folder);
+        ablate, mode: heads switched off, each combination an engine of its own (poems being written keep theirs).
+        raises ValueError for one outside `folders`, or a head the model does not have."""
         if ckpt and ckpt != "last" and not inside(Path(ckpt), folders):
             raise ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads checkpoints "
                              "there only (studio.py allowed_folders=[…] adds a folder)")
         path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
-        return load(str(path), path.stat().st_mtime_ns), path
+        return load(str(path), path.stat().st_mtime_ns, ablate, mode if ablate else "zero"), path
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page)
@@ -260,8 +273,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
                 raise ValueError(f"the request is not JSON in UTF-8: {err}") from None
             except RecursionError:
                 raise ValueError("the request nests too deep; send a flat JSON object of options") from None
-            opts, ckpt = read_options(body)
-            poem = await anyio.to_thread.run_sync(lambda: Poem(engine_for(ckpt)[0], opts, received))
+            opts, ckpt, ablate, mode = read_options(body)
+            poem = await anyio.to_thread.run_sync(lambda: Poem(engine_for(ckpt, ablate, mode)[0], opts, received))
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
         return StreamingResponse(stream(poem), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
