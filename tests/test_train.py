@@ -370,6 +370,12 @@ def test_the_end_of_training_logs_the_evaluation_table(trained):
     assert len(seconds) == 1 and seconds[0] > 0
     assert any("eval/free/distinct_2" in r for r in history_rows)
     assert any("attn/L1H1/prev_line_rhyme" in r for r in history_rows)  # the new attention statistics follow
+    (effects_file,) = (run / "files" / "media" / "table" / "heads").glob("effects_*.table.json")
+    effects = json.loads(effects_file.read_text())
+    assert effects["columns"] == ["head", "all", "rhyme_slot", "line_start", "mark", "eos"]
+    assert [row[0] for row in effects["data"]] == ["L0H0", "L0H1", "L1H0", "L1H1", "L0 mean", "L1 mean"]
+    assert all(row[1] != 0 for row in effects["data"])  # every head of a trained model moves the nats
+    assert [r["heads/seconds"] for r in history_rows if "heads/seconds" in r][0] > 0
 
 
 def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):

@@ -38,7 +38,7 @@ def target_kinds(labels: Sequence[str]) -> torch.Tensor:
         kinds[i - 1, 3] = is_mark
         kinds[i - 1, 4] = t == "<eos>"
         kinds[i - 1, 2] = len(t) == 1 and not is_mark and (before == "<bos>" or before in LINE_END)
-        after = labels[i + 1] if i + 1 < T else ""
+        after = labels[i + 1] if i + 1 < T else "<cut>"  # not "": "" is in every string
         kinds[i - 1, 1] = len(t) == 1 and not is_mark and after in LINE_END and line % 2 == 1
         line += is_mark
     return kinds
@@ -55,7 +55,8 @@ def poem_nats(engine: Engine, batch: torch.Tensor, lengths: torch.Tensor) -> tor
 class HeadScorer:
     """Held-out poems batched once, scored with any set of heads off (zero ablation).
 
-    poems: text, each at most block_size − 2 characters so that `<eos>` fits. `counts`:
+    poems: text, each fed from `<bos>` to `<eos>`, its first block_size tokens where it is longer
+    (then a target at the cut is no rhyme slot: the mark after it is out of sight). `counts`:
     (len(KINDS),) targets of each kind; `intact`: nats per target by kind with every head on;
     `delta(names)`: the change in nats per target by kind with those heads off (memoised by
     set). Every head is on again after each call.
@@ -63,7 +64,8 @@ class HeadScorer:
 
     def __init__(self, engine: Engine, poems: Sequence[str], batch_size: int = 64):
         tok = engine.tokenizer
-        seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True) for p in poems]
+        block = engine.model.cfg.block_size
+        seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True)[:block] for p in poems]
         kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
         self.engine, self.batches, self.memo = engine, [], {}
         for start in range(0, len(seqs), batch_size):

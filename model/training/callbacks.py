@@ -1,5 +1,5 @@
 """Callbacks that look inside the model at each validation (attention maps, sampled poems) and
-at the end of training (the evaluation table of `evaluate.py` on a few poems).
+at the end of training (the evaluation table of `evaluate.py` on a few poems, each head switched off).
 
 They act on rank 0 only, skip the sanity check, and send what they make to the first
 logger that can take it (Weights & Biases: images, tables, HTML). Attention maps are also
@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from data.corpus_io import heldout_poems
 from model.inspection.attention_stats import (
     STATISTICS,
     baseline_statistics,
@@ -28,6 +29,7 @@ from model.inspection.attention_stats import (
 )
 from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.evaluation import is_char_model, is_plan_model, sample_and_measure, sample_requests
+from model.inspection.head_effects import KINDS, head_effects
 from model.inspection.plots import attention_grid
 from model.inspection.poem_metrics import METRICS
 from model.sampling.poems import SamplingOptions, sample_poems
@@ -234,3 +236,32 @@ class PoemEvaluationLogger(L.Callback):
                          data=[[name, *(row[m] for m in METRICS)] for name, row in rows.items()], step=step)
         logger.log_metrics({**{f"eval/free/{m}": v for m, v in rows.get("free", {}).items() if v is not None},
                             "eval/seconds": self.seconds}, step=step)
+
+
+class HeadEffectsLogger(L.Callback):
+    """At the end of training, what each attention head is for by intervention
+    (`model.inspection.head_effects`): every head switched off alone, on the first `n_poems`
+    validation poems of `corpus_path` (a longer poem: its first block_size tokens). Logs a table `heads/effects` (columns:
+    head, then Δ nats per target over all targets, at rhyme slots, line starts, marks and `<eos>`;
+    a row per head, then each layer's mean) and `heads/seconds`, the time it took (also kept in
+    `seconds`). Does nothing without a wandb logger.
+    """
+
+    def __init__(self, corpus_path: str, n_poems: int = 256):
+        self.corpus_path, self.n_poems, self.seconds = corpus_path, n_poems, 0.0
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (logger := _wandb(trainer)) is None:
+            return
+        start, engine = time.perf_counter(), pl_module.engine
+        poems = heldout_poems(self.corpus_path, engine.script, self.n_poems, None, 10 ** 9)
+        with _eval_mode(engine.model):
+            effects = head_effects(engine, poems)
+        self.seconds = time.perf_counter() - start
+        rows = [[f"L{h['layer']}H{h['head']}", *(h[k] for k in KINDS)] for h in effects["heads"]]
+        rows += [[f"L{m['layer']} mean", *(m[k] for k in KINDS)] for m in effects["layer_mean"]]
+        logger.log_table(key="heads/effects", columns=["head", *KINDS], data=rows, step=trainer.global_step)
+        logger.log_metrics({"heads/seconds": self.seconds}, step=trainer.global_step)
+        rank_zero_info(f"switched each head off on {len(poems)} validation poems in {self.seconds:.1f} s "
+                       "(heads/effects; '~callbacks.head_effects' turns it off)")
