@@ -24,6 +24,7 @@ import hydra
 import rootutils
 from omegaconf import DictConfig, OmegaConf
 
+from data.datamodule import PoetryDataModule
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
@@ -70,14 +71,16 @@ def evaluate(cfg: DictConfig) -> dict:
     gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
     requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
 
-    samples, plans, rows, seconds = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference)
+    corpora = PoetryDataModule.corpora_options(engine.corpora, Path(cfg.data.corpus_path).parent)
+    samples, plans, rows, seconds = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference,
+                                                       corpora.get("train_corpora", ()))
     val = {}
     if cfg.val_bpc:
         start = time.perf_counter()
         tok_state = engine.tokenizer.state_dict()
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
-                                             tokenizer=tokenizer, plan_tokens=is_plan_model(engine))
+                                             tokenizer=tokenizer, plan_tokens=is_plan_model(engine), **corpora)
         val = validation_metrics(engine, datamodule)
         seconds["validation"] = time.perf_counter() - start
 

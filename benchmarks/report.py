@@ -345,7 +345,49 @@ def attention_maps(res: dict) -> str:
                   "replaced by zero ([attention maps](attention-maps.md#switching-heads-off)): over every target, at "
                   "rhyme slots (the last character of an even line), line starts, line-end marks and `<eos>`.",
                   table(["", *kinds], rows)]
+        if study := e.get("rhyme"):
+            parts += rhyme_heads_section(study, kinds)
     return "\n\n".join(parts)
+
+
+def rhyme_heads_section(study: dict, kinds: list[str]) -> list[str]:
+    """The verdicts for the heads that look at the rhyme, with the sets, controls and free poems behind them."""
+    sets = [[name, ", ".join(s["heads"]), *(f"{s[k]:+.3f}" for k in kinds)] for name, s in study["sets"].items()]
+    sets += [[f"random sets of {size}: 95th percentile", f"{len(c['sets'])} sets, seeds {c['seeds'][0]}–{c['seeds'][-1]}",
+              *(f"{c['p95'][k]:+.3f}" for k in kinds)] for size, c in study["controls"].items()]
+    looking = ", ".join(study["looking"]) or "none"
+    parts = ["### Is a head that looks at the rhyme a rhyme head?",
+             f"The heads flagged high on `prev_line_rhyme` (they look at the previous rhyme): {looking}. A head is "
+             "called a rhyme head only if switching it off raises the rhyme-slot nats above the 95th percentile of "
+             "random head sets of its size *and* lowers the free poems' rhyme by more than the sampling noise "
+             "([attention maps](attention-maps.md#is-a-head-that-looks-at-the-rhyme-a-rhyme-head)). "
+             "Heads switched off together, Δ nats per target on the same held-out poems:",
+             table(["heads off", "heads", *kinds], sets)]
+    if free := study.get("free"):
+        st = study["free_settings"]
+        pct = lambda v: "–" if v is None else f"{100 * v:.1f} %"  # noqa: E731
+        rows = [[name, ", ".join(r["heads"]) or "none", n(r["n"]), pct(r["regulated"]), pct(r["rhyme_regulated"]),
+                 f"{r['change']:+.1f}", f"{r['interval'][0]:+.1f} to {r['interval'][1]:+.1f}", pct(r["alternation"]),
+                 pct(r["nian"]), pct(r["dui"])] for name, r in free.items()]
+        parts += [f"Free poems ({n(st['num_samples'])} per seed at seeds {', '.join(map(str, st['seeds']))}, pooled; "
+                  "`sample.py`'s defaults) with the heads off: the rhyme rate of regulated poems, its change against "
+                  "every head on (points) and the change's 95 % interval:",
+                  table(["heads off", "heads", "poems", "regulated", "rhyme/regulated", "change", "95 % interval",
+                         "alternation", "黏", "对"], rows)]
+        if depends := free_rhyme_depends(study):
+            parts.append(f"The free rhyme depends on (a drop outside the noise): {depends}.")
+    parts.append("Verdicts:\n\n" + "\n".join(f"- **{v['label']}**: {v['measured']}." for v in study["verdicts"]))
+    if sec := study.get("seconds"):
+        parts.append("Time: " + ", ".join(f"{k} {v:.0f} s" for k, v in sec.items()) + " (`attention_maps.py`).")
+    return parts
+
+
+def free_rhyme_depends(study: dict) -> str:
+    """The head sets (not the random controls) whose free-rhyme drop lies outside the noise, largest first."""
+    free = study.get("free") or {}
+    hit = sorted(((r["change"], name) for name, r in free.items()
+                  if name != "intact" and not name.startswith("random") and r["interval"][1] < 0))
+    return ", ".join(f"{name} ({change:+.1f} points)" for change, name in hit)
 
 
 def ablation(res: dict) -> str:
@@ -422,7 +464,7 @@ def readme_blocks(res: dict) -> dict[str, str]:
 FIGURE_LAYER = 3
 """The layer of the README's figure, docs/attention-maps-default-run-layer3.png (a copy of
 `attention_maps.py`'s layer3.png for the default run)."""
-MASS = {"rhyme head": ("prev_line_rhyme", "the last character of the line before, where a rhyme sits"),
+MASS = {"previous-rhyme head": ("prev_line_rhyme", "the last character of the line before, where a rhyme sits"),
         "previous-token head": ("prev_token", "the character before"),
         "punctuation head": ("punctuation", "the line marks"),
         "first-token head": ("first_token", "`<bos>`"),
@@ -456,6 +498,14 @@ def readme_caption(a: dict) -> str:
         effect = (" Switched off alone, they cost " + ", ".join(f"{h['rhyme_slot']:+.3f}" for h in mine)
                   + f" nats per rhyme-slot character (heads 0–{len(mine) - 1}); the head the rhymes need most is "
                   f"L{top['layer']}H{top['head']} ({top['rhyme_slot']:+.3f}).")
+        study = e.get("rhyme") or {}
+        for v in study.get("verdicts", []):
+            said = "a rhyme head" if v["rhyme_head"] else "looks at the previous rhyme, but the rhyme does not need it"
+            if len(v["heads"]) > 1:
+                said = "rhyme heads together" if v["rhyme_head"] else "together, the rhyme does not need them either"
+            effect += f" {' + '.join(v['heads'])}: {said} (off: {v['measured'].split(' off: ', 1)[1]})."
+        if depends := free_rhyme_depends(study):
+            effect += f" The free rhyme drops without {depends}."
     return (f"*Layer {FIGURE_LAYER} of the default run on 「{a['text']}」: the trained heads (top row), the same heads "
             "at initialisation, and the random-q/k maps of the attention lesson. Named by where they look "
             f"{where}: {'; '.join(said)}.{effect}\nEvery head's figures: "

@@ -1,14 +1,22 @@
-"""Build the shipped corpus from the MIT-licensed chinese-poetry data.
+"""Build the shipped corpora from the MIT-licensed chinese-poetry data.
 
     python data/build_corpus.py chinese-poetry-2.0.1.tgz        # from `npm pack chinese-poetry@2.0.1`
     python data/build_corpus.py path/to/package                 # the extracted tarball
     python data/build_corpus.py path/to/chinese-poetry          # a checkout (folder 全唐诗)
+    python data/build_corpus.py chinese-poetry-2.0.1.tgz --dynasty song   # the 全宋诗 beside it
 
-Reads `poet.tang.*.json` (traditional script), applies the cleaning rules of
+Reads `poet.<dynasty>.*.json` (traditional script), applies the cleaning rules of
 `data/verse/poetry.py` and the file-level ones below, tags each poem's form, assigns the seeded
-5 % validation split by poem, and writes `data/corpus/tang.jsonl.xz` (one poem a line:
-id, title, author, form, split, text) and `data/corpus/stats.json`. The text stays in
-traditional script; the data module converts it with OpenCC when it prepares tokens.
+5 % validation split by poem, and writes `data/corpus/<dynasty>.jsonl.xz` (one poem a line:
+id, title, author, form, split, text) and its counts (`stats.json` for the Tang corpus,
+`song-stats.json`). The text stays in traditional script; the data module converts it with
+OpenCC when it prepares tokens.
+
+The Song files repeat Tang poems (the same text under both dynasties), so the Song corpus is
+built against the shipped Tang one (`--tang`) and leaks nothing into either validation split:
+a Song poem whose body equals a Tang body (either split) after script conversion and with
+punctuation removed (`body_keys`) is dropped, and so is a Song training poem whose body equals a
+Song validation body that way.
 """
 from __future__ import annotations
 
@@ -20,21 +28,23 @@ import os
 import re
 import sys
 import tarfile
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
 if __package__ in (None, ""):  # run as a script: make `data` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from data.corpus_io import load_corpus
 from data.verse.poetry import clean_poem, form_of
+from data.verse.script import corpus_to_script
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 FIRST_SUPPLEMENT_FILE = 50000  # poet.tang.50000.json and later: supplements, mostly notes
 VAL_FRACTION = 0.05
 SPLIT_SEED = 1337
-_TANG_DIR = r"(?:^|/)(?:quantangshi|全唐诗)/"  # npm package / repository checkout
-_TANG_FILE = re.compile(_TANG_DIR + r"poet\.tang\.(\d+)\.json$")
-_ERROR_FILE = re.compile(_TANG_DIR + r"error/poet\.tang\.\d+\.json$")
+DYNASTIES = ("tang", "song")
+_DIR = r"(?:^|/)(?:quantangshi|全唐诗)/"  # npm package / repository checkout
 
 
 def _read_source(source: Path) -> Iterator[tuple[str, bytes]]:
@@ -60,27 +70,40 @@ def split_of(poem_id: str, seed: int = SPLIT_SEED, val_fraction: float = VAL_FRA
     return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
 
 
-def build(source: Path) -> tuple[list[dict], dict]:
-    """Read the chinese-poetry data at `source` and return (poems, stats).
+def body_keys(texts: list[str]) -> list[str]:
+    """Bodies as the leakage rule compares them: simplified script (OpenCC t2s), only the CJK
+    ideographs kept (Unicode category Lo: marks and spaces removed)."""
+    return ["".join(c for c in t if unicodedata.category(c) == "Lo") for t in corpus_to_script(texts, "simplified")]
 
+
+def build(source: Path, dynasty: str = "tang", tang: list[dict] | None = None) -> tuple[list[dict], dict]:
+    """Read the chinese-poetry data of `dynasty` at `source` and return (poems, stats).
+
+    tang: for the Song corpus, the Tang poems (the shipped corpus) whose bodies it must not repeat.
     raises FileNotFoundError if `source` is missing, ValueError if it holds no
-    `poet.tang.*.json` files.
+    `poet.<dynasty>.*.json` files or the Song corpus is built without the Tang poems.
     """
-    tang: dict[int, list[dict]] = {}
+    if dynasty not in DYNASTIES:
+        raise ValueError(f"dynasty {dynasty!r} is not one of {', '.join(DYNASTIES)}")
+    if dynasty == "song" and tang is None:
+        raise ValueError("the Song corpus is built against the Tang poems (--tang data/corpus/tang.jsonl.xz)")
+    poem_file = re.compile(_DIR + rf"poet\.{dynasty}\.(\d+)\.json$")
+    error_file = re.compile(_DIR + rf"error/poet\.{dynasty}\.\d+\.json$")
+    files: dict[int, list[dict]] = {}
     error_ids: set[str] = set()
     for name, raw in _read_source(source):
-        if _ERROR_FILE.search(name):
+        if error_file.search(name):
             error_ids.update(p["id"] for p in json.loads(raw))
-        elif m := _TANG_FILE.search(name):
-            tang[int(m.group(1))] = json.loads(raw)
-    if not tang:
-        raise ValueError(f"no poet.tang.*.json files under {source}")
+        elif m := poem_file.search(name):
+            files[int(m.group(1))] = json.loads(raw)
+    if not files:
+        raise ValueError(f"no poet.{dynasty}.*.json files under {source}")
 
     dropped: Counter = Counter()
     poems, seen_bodies = [], set()
-    for number in sorted(tang):
-        for record in tang[number]:
-            if number >= FIRST_SUPPLEMENT_FILE:
+    for number in sorted(files):
+        for record in files[number]:
+            if dynasty == "tang" and number >= FIRST_SUPPLEMENT_FILE:
                 dropped["supplement-file"] += 1
                 continue
             if record["id"] in error_ids:
@@ -98,8 +121,10 @@ def build(source: Path) -> tuple[list[dict], dict]:
                 "id": record["id"], "title": record.get("title", ""), "author": record.get("author", ""),
                 "form": form_of(text), "split": split_of(record["id"]), "text": text,
             })
+    if tang is not None:
+        poems = drop_leaks(poems, tang, dropped)
     stats = {
-        "source_poems": sum(len(v) for v in tang.values()),
+        "source_poems": sum(len(v) for v in files.values()),
         "kept": len(poems),
         "dropped": dict(sorted(dropped.items())),
         "forms": dict(Counter(p["form"] for p in poems).most_common()),
@@ -109,16 +134,39 @@ def build(source: Path) -> tuple[list[dict], dict]:
     return poems, stats
 
 
-def write(poems: list[dict], stats: dict, out_dir: Path = CORPUS_DIR) -> Path:
-    """Write `tang.jsonl.xz` and `stats.json` into `out_dir` atomically; returns the corpus path."""
+def drop_leaks(poems: list[dict], tang: list[dict], dropped: Counter) -> list[dict]:
+    """`poems` (Song, in order) less those whose `body_keys` is a Tang poem's (`tang-duplicate`)
+    and the training poems whose `body_keys` is a kept validation poem's (`val-duplicate`)."""
+    tang_keys = set(body_keys([p["text"] for p in tang]))
+    keys = body_keys([p["text"] for p in poems])
+    kept = [(p, k) for p, k in zip(poems, keys) if k not in tang_keys]
+    dropped["tang-duplicate"] += len(poems) - len(kept)
+    val_keys = {k for p, k in kept if p["split"] == "val"}
+    out = [p for p, k in kept if p["split"] == "val" or k not in val_keys]
+    dropped["val-duplicate"] += len(kept) - len(out)
+    return out
+
+
+def leaks(poems: list[dict]) -> list[tuple[str, str]]:
+    """(training id, validation id) of every training poem whose `body_keys` equals a validation
+    poem's: what `drop_leaks` removes from the Song corpus, and what the Tang corpus keeps."""
+    keys = body_keys([p["text"] for p in poems])
+    val = {k: p["id"] for p, k in zip(poems, keys) if p["split"] == "val"}
+    return [(p["id"], val[k]) for p, k in zip(poems, keys) if p["split"] == "train" and k in val]
+
+
+def write(poems: list[dict], stats: dict, out_dir: Path = CORPUS_DIR, dynasty: str = "tang") -> Path:
+    """Write `<dynasty>.jsonl.xz` and its stats (`stats.json` for Tang, `<dynasty>-stats.json`
+    otherwise) into `out_dir` atomically; returns the corpus path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "tang.jsonl.xz"
+    target = out_dir / f"{dynasty}.jsonl.xz"
     tmp = target.with_suffix(".xz.tmp")
     with lzma.open(tmp, "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as f:
         for poem in poems:
             f.write(json.dumps(poem, ensure_ascii=False) + "\n")
     os.replace(tmp, target)
-    (out_dir / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n")
+    stats_name = "stats.json" if dynasty == "tang" else f"{dynasty}-stats.json"
+    (out_dir / stats_name).write_text(json.dumps(stats, ensure_ascii=False, indent=2) + "\n")
     return target
 
 
@@ -126,9 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", type=Path, help="chinese-poetry tarball, extracted folder or checkout")
     parser.add_argument("--out", type=Path, default=CORPUS_DIR, help="output folder (default: data/corpus)")
+    parser.add_argument("--dynasty", choices=DYNASTIES, default="tang", help="which poet.<dynasty>.*.json files")
+    parser.add_argument("--tang", type=Path, default=CORPUS_DIR / "tang.jsonl.xz",
+                        help="for --dynasty song: the Tang corpus its poems must not repeat")
     args = parser.parse_args(argv)
-    poems, stats = build(args.source)
-    path = write(poems, stats, args.out)
+    tang = load_corpus(args.tang) if args.dynasty == "song" else None
+    poems, stats = build(args.source, args.dynasty, tang)
+    path = write(poems, stats, args.out, args.dynasty)
     print(json.dumps(stats, ensure_ascii=False, indent=2))
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
 

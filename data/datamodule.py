@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -144,13 +144,19 @@ class PoetryDataModule(L.LightningDataModule):
     seed: of the training order (the run's).
     plan_tokens: frame every poem as `<bos> <form> <rhyme> text <eos>` (`data/verse/plan.py`); the
     tokenizer then carries the plan tokens.
+    train_corpora: the corpus files whose training splits are trained on, in order (None: corpus_path
+    alone; `data=song`, `data=tang+song`); corpus_path's validation split stays the reference
+    (`val/loss`, `val/bpc`), whatever is trained on. also_validate: {name: corpus file} whose
+    validation splits are scored beside it (`val/<name>/loss`, `val/<name>/bpc`). The vocabulary
+    covers every corpus named.
     raises ValueError for an unknown script, tokenizer kind or windows.
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
                  tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
-                 seed: int = 0, plan_tokens: bool = False):
+                 seed: int = 0, plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
+                 also_validate: Mapping[str, str] | None = None):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -166,6 +172,36 @@ class PoetryDataModule(L.LightningDataModule):
         self.script, self.block_size = script, block_size
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.plan_tokens = bool(plan_tokens)
+        self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
+        self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
+        if bad := [k for k in self.extra_val if not k.isidentifier()]:
+            raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
+
+    @property
+    def corpora(self) -> list[Path]:
+        """Every corpus file this module reads, the reference first, without repeats."""
+        return list(dict.fromkeys([self.corpus_path, *self.train_paths, *self.extra_val.values()]))
+
+    def corpora_record(self) -> dict | None:
+        """What a checkpoint records of the corpora beyond `corpus_path` (None: that one alone):
+        {"train": [file names], "also_validate": {name: file name}}, names in the corpus folder."""
+        if self.corpora == [self.corpus_path]:
+            return None
+        return {"train": [p.name for p in self.train_paths], "also_validate": {k: p.name for k, p in self.extra_val.items()}}
+
+    @staticmethod
+    def corpora_options(record: Mapping | None, corpus_dir: str | Path) -> dict:
+        """`corpora_record` back as this module's options, the files in `corpus_dir` ({} for None)."""
+        if not record:
+            return {}
+        folder = Path(corpus_dir)
+        return {"train_corpora": [str(folder / n) for n in record["train"]],
+                "also_validate": {k: str(folder / n) for k, n in record["also_validate"].items()}}
+
+    @property
+    def val_names(self) -> list[str]:
+        """The validation sets in dataloader order: "" (the reference), then `also_validate`'s names."""
+        return ["", *self.extra_val]
 
     @cached_property
     def encoding(self):
@@ -180,11 +216,17 @@ class PoetryDataModule(L.LightningDataModule):
         """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays
         (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256, and
         plan_tokens when on: the arrays without plan tokens keep their key)."""
-        if not self.corpus_path.is_file():
-            load_corpus(self.corpus_path)  # raises the explanatory FileNotFoundError
+        for path in self.corpora:
+            if not path.is_file():
+                load_corpus(path)  # raises the explanatory FileNotFoundError
         tokenizer = {"kind": self.tokenizer_cfg["kind"], **({"encoding": self.encoding.name} if self.encoding else {})}
         h = hashlib.sha256(self.corpus_path.read_bytes())
         settings = {"script": self.script, "tokenizer": tokenizer, "v": CACHE_VERSION}
+        if self.corpora != [self.corpus_path]:  # more corpora: their bytes and roles (Tang alone keeps its key)
+            for path in self.corpora[1:]:
+                h.update(path.read_bytes())
+            settings["roles"] = {"train": [self.corpora.index(p) for p in self.train_paths],
+                                 "val": {k: self.corpora.index(p) for k, p in self.extra_val.items()}}
         h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {})}).encode())
         return self.cache_root / h.hexdigest()[:16]
 
@@ -209,18 +251,22 @@ class PoetryDataModule(L.LightningDataModule):
         appears only once complete (written to a temporary folder, then renamed)."""
         if (self.cache_dir / "meta.json").is_file():
             return
-        poems = load_corpus(self.corpus_path)
-        texts = corpus_to_script([p["text"] for p in poems], self.script)
-        tok = self._build_tokenizer(texts)
+        corpora = {path: load_corpus(path) for path in self.corpora}
+        texts = {path: corpus_to_script([p["text"] for p in poems], self.script) for path, poems in corpora.items()}
+        tok = self._build_tokenizer([t for ts in texts.values() for t in ts])
+        arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(self.corpus_path, "val")],
+                  **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}
         dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
         self.cache_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_root))
         try:
             meta = {"script": self.script, "tokenizer": tok.state_dict()["kind"], "vocab_size": tok.vocab_size,
                     "dtype": np.dtype(dtype).name, "corpus": str(self.corpus_path.name),
+                    **({"corpora": [p.name for p in self.corpora]} if len(self.corpora) > 1 else {}),
                     **({"plan_tokens": True} if self.plan_tokens else {})}
-            for split in ("train", "val"):
-                split_poems = [(p, t) for p, t in zip(poems, texts) if p["split"] == split]
+            for split, parts in arrays.items():
+                split_poems = [(p, t) for path, part in parts for p, t in zip(corpora[path], texts[path])
+                               if p["split"] == part]
                 split_texts = [t for _, t in split_poems]
                 ids = [self._encode_poem(tok, p, t) for p, t in split_poems]
                 arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
@@ -260,9 +306,13 @@ class PoetryDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Open the memory-mapped arrays and cut them into windows (`train_windows`, `val_windows`)."""
-        train, val, bos = self.tokens("train"), self.tokens("val"), Tokenizer.bos_id
+        train, bos = self.tokens("train"), Tokenizer.bos_id
         self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos))
-        self.val_set = PoemWindows(val, self.block_size, bos) if self.val_windows == "poems" else Windows.blocks(
+        self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
+        self.val_set = self.val_sets[0]
+
+    def _val_windows(self, val: np.ndarray) -> Dataset:
+        return PoemWindows(val, self.block_size, Tokenizer.bos_id) if self.val_windows == "poems" else Windows.blocks(
             val, self.block_size)
 
     def train_dataloader(self) -> StatefulDataLoader:
@@ -280,13 +330,17 @@ class PoetryDataModule(L.LightningDataModule):
             return StatefulDataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Every validation window exactly once, in order, `4 · batch_size` windows per batch.
         Under w processes (DDP, any number of devices and nodes) rank r takes windows r, r + w,
         ... and nothing more (Lightning's UnrepeatedDistributedSampler): the DistributedSampler
-        Lightning would add pads every rank to as many windows, scoring some twice."""
+        Lightning would add pads every rank to as many windows, scoring some twice. With
+        `also_validate`, a list: the reference's loader, then one per name (`val_names`)."""
         world, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
-        sampler = UnrepeatedDistributedSampler(self.val_set, num_replicas=world, rank=rank, shuffle=False) \
-            if world > 1 else None
-        return DataLoader(self.val_set, batch_size=self.batch_size * 4, sampler=sampler,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        loaders = []
+        for val_set in self.val_sets:
+            sampler = UnrepeatedDistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False) \
+                if world > 1 else None
+            loaders.append(DataLoader(val_set, batch_size=self.batch_size * 4, sampler=sampler,
+                                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0))
+        return loaders[0] if len(loaders) == 1 else loaders

@@ -222,6 +222,7 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
     engine = Engine(gpt, tokenizer, script, path)
     engine.config_sha = ckpt.get("config_sha")
+    engine.corpora = ckpt.get("corpora")
     if ablate:
         if ablate_mode == "mean" and corpus_path is None:
             raise ValueError("ablate_mode=mean needs the training corpus (corpus_path) for the heads' mean outputs")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from data.corpus_io import heldout_poems
 from data.tokenizer import CharTokenizer
@@ -85,12 +85,14 @@ def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
 
 
 def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_path: str | Path,
-                    script: str, plans: dict[str, list[dict] | None] | None = None) -> dict[str, dict]:
+                    script: str, plans: dict[str, list[dict] | None] | None = None,
+                    train_corpora: Sequence[str | Path] = ()) -> dict[str, dict]:
     """{REFERENCE: metrics of the human poems, set name: metrics of its poems, …}; distinct-n
     of every row over the same number of poems (the largest sample set's; the reference's
-    first that many); plans: per set, the plans its poems were sampled with (the plan figures).
+    first that many); plans: per set, the plans its poems were sampled with (the plan figures);
+    train_corpora: the corpora whose training lines `copy` counts (default: corpus_path's).
     raises FileNotFoundError if the corpus is missing."""
-    lines = training_lines(str(corpus_path), script)
+    lines = frozenset().union(*(training_lines(str(p), script) for p in (train_corpora or [corpus_path])))
     n_distinct = max((len(p) for p in samples.values()), default=None)
     plans = plans or {}
     return {REFERENCE: poem_metrics(reference, script, lines, n_distinct),
@@ -99,9 +101,10 @@ def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_
 
 
 def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
-                       n_reference: int) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict],
-                                                  dict[str, float]]:
-    """`sample_planned_sets`, then `evaluation_rows` with the first n_reference held-out poems,
+                       n_reference: int, train_corpora: Sequence[str | Path] = ()
+                       ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict], dict[str, float]]:
+    """`sample_planned_sets`, then `evaluation_rows` with the first n_reference held-out poems (and
+    `copy` against the training lines of train_corpora, default corpus_path's),
     the model in eval mode meanwhile → (poems per set, plans per set, rows, seconds spent
     {"sampling", "metrics"}). raises as `model.sampling.poems.stream_poems`; FileNotFoundError
     if the corpus is missing."""
@@ -114,7 +117,8 @@ def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str
     finally:
         model.train(was_training)
     sampled = time.perf_counter()
-    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script, plans)
+    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script, plans,
+                           train_corpora)
     return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
 
 

@@ -74,7 +74,7 @@ def free_poems(engine: Engine, sets: Mapping[str, Sequence[str]], seeds: Sequenc
 
 
 def verdict(names: Sequence[str], pattern: str, slot: float, bar: float, free: Mapping | None) -> dict:
-    """Whether the heads `names` (which look at the rhyme; `pattern` names how) are rhyme heads:
+    """Whether the heads `names` (which look at the rhyme; `pattern` names how one head does) are rhyme heads:
     rhyme-slot Δ nats `slot` above the random sets' 95th percentile `bar`, and the free rhyme's
     95 % interval (`free_poems` row) below zero → {"heads", "nats_needed", "free_needed",
     "rhyme_head", "label"}."""
@@ -86,10 +86,12 @@ def verdict(names: Sequence[str], pattern: str, slot: float, bar: float, free: M
     if nats_needed and free_needed:
         label = "rhyme head" if len(names) == 1 else "rhyme heads together"
     else:
-        label = f"{pattern}: looks at the previous rhyme; the rhyme does not need it"
+        it = "it" if len(names) == 1 else "them together"
+        label = (f"{pattern}: looks at the previous rhyme" if len(names) == 1 else "they look at the previous rhyme") \
+            + f"; the rhyme does not need {it}"
         if nats_needed or free_needed:
-            label += (" (free rhyme drops without it, but its rhyme-slot cost is within random heads')" if free_needed
-                      else " (its rhyme-slot cost is above random heads', the free rhyme within the noise)")
+            label += (f" (free rhyme drops without {it}, but the rhyme-slot cost is within random heads')" if free_needed
+                      else " (the rhyme-slot cost is above random heads', the free rhyme within the noise)")
     return {"heads": list(names), "nats_needed": nats_needed, "free_needed": free_needed,
             "rhyme_head": nats_needed and free_needed, "label": label, "measured": what}
 
@@ -120,7 +122,7 @@ def rhyme_study(engine: Engine, scorer: HeadScorer, rows: Sequence[Mapping], see
     verdicts = [verdict([n], patterns[n], scorer.delta([n])["rhyme_slot"], controls[1]["p95"]["rhyme_slot"],
                         free and free[n]) for n in looking]
     if len(looking) > 1:
-        verdicts.append(verdict(looking, "these heads", scorer.delta(looking)["rhyme_slot"],
+        verdicts.append(verdict(looking, "", scorer.delta(looking)["rhyme_slot"],
                                 controls[len(looking)]["p95"]["rhyme_slot"], free and free["looking heads together"]))
     return {"looking": looking, "sets": {n: {"heads": s, **scorer.delta(s)} for n, s in sets.items()},
             "controls": {str(k): v for k, v in controls.items()},

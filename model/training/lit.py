@@ -62,6 +62,7 @@ class LitGPT(L.LightningModule):
             engine = Engine(build_gpt(model, tok, script), tok, script)
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
         self.config_sha: str | None = None  # train.py's `config_sha` of the run, saved in its checkpoints
+        self.corpora: dict | None = None  # the data module's `corpora_record`, saved in its checkpoints
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -69,27 +70,43 @@ class LitGPT(L.LightningModule):
                                                           SumMetric().set_dtype(torch.float64),
                                                           SumMetric().set_dtype(torch.float64))
         self._last_step_time: float | None = None
+        self.other_val = torch.nn.ModuleDict()  # other validation sets' sums (`setup`)
+        self.train_tokens = 0  # tokens of the training array (`setup`), for `train/epochs`
         self.val_text_nats = SumMetric(nan_strategy="disable").set_dtype(torch.float64)  # non-plan targets: `val/bpc_text`
 
     def setup(self, stage: str) -> None:
         """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
-        token counts (a resumed run then restores the order it was trained with)."""
-        if stage == "fit" and (dm := getattr(self.trainer, "datamodule", None)) is not None:
+        token counts (a resumed run then restores the order it was trained with). Sums for the
+        data module's other validation sets (`val_names` after the reference: `val/<name>/…`)."""
+        dm = getattr(self.trainer, "datamodule", None)
+        if stage == "fit" and dm is not None:
             self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
+            self.train_tokens = int(dm.meta["train"]["tokens"])
+        names = getattr(dm, "val_names", [""])[1:]
+        self.other_val = torch.nn.ModuleDict({name: torch.nn.ModuleList(
+            SumMetric(nan_strategy="disable" if i == 0 else "warn").set_dtype(torch.float64) for i in range(3))
+            for name in names})
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Records `config_sha` (the run's training config, `model.training.runtime.config_sha`)."""
+        """Records `config_sha` (the run's training config, `model.training.runtime.config_sha`) and
+        the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are any."""
         if self.config_sha is not None:
             checkpoint["config_sha"] = self.config_sha
+        if self.corpora:
+            checkpoint["corpora"] = self.corpora
 
     def training_step(self, batch, batch_idx):
-        """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token) and `train/tokens_per_sec`.
+        """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token), `train/tokens_per_sec` and
+        `train/epochs` (training tokens fed so far ÷ the training array's tokens, all ranks).
         raises NonFiniteLossError at the first NaN or infinite loss, before its backward pass."""
         x, y = batch  # (B, T), (B, T)
         loss = self.gpt.loss(x, y)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(self.global_step, loss.item(), self.trainer.precision, self.hparams.optim["lr"])
         self.log("train/loss", loss, prog_bar=True)
+        if self.train_tokens:  # epochs as data-constrained scaling counts them: tokens seen ÷ unique tokens
+            seen = (self.global_step + 1) * self.trainer.accumulate_grad_batches * x.numel() * self.trainer.world_size
+            self.log("train/epochs", seen / self.train_tokens)
         now = time.perf_counter()
         if self._last_step_time is not None:
             self.log("train/tokens_per_sec", x.numel() * self.trainer.world_size / (now - self._last_step_time))
@@ -99,17 +116,21 @@ class LitGPT(L.LightningModule):
     def on_validation_start(self) -> None:
         self._last_step_time = None  # validation time is not training throughput
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         """Accumulates the batch's nats (all, and those of non-plan targets), scored tokens and poem
         characters (targets -1 are not scored), in float64. Each held-out window is scored once on
-        one rank (`PoetryDataModule.val_dataloader`); the sums are reduced across ranks."""
+        one rank (`PoetryDataModule.val_dataloader`); the sums are reduced across ranks. A
+        dataloader after the first is another validation set (`other_val`), summed apart."""
         x, y = batch  # (B, T), (B, T)
         nats = self.gpt.nats(x, y)  # (B, T) nats per position, 0 where not scored
         scored = y != IGNORE  # (B, T)
         nats = nats.double()  # (B, T) float64: sums that do not depend on how windows are batched
-        self.val_nats.update(nats.sum())
-        self.val_tokens.update(scored.sum())
-        self.val_chars.update(self.char_counts[y[scored]].sum())
+        sums = (self.val_nats, self.val_tokens, self.val_chars) if dataloader_idx == 0 else \
+            list(self.other_val.values())[dataloader_idx - 1]
+        for metric, value in zip(sums, (nats.sum(), scored.sum(), self.char_counts[y[scored]].sum())):
+            metric.update(value)
+        if dataloader_idx:
+            return
         if self.tokenizer.plan:
             self.val_text_nats.update(nats[y < self.tokenizer.plan_start].sum())
 
@@ -124,6 +145,12 @@ class LitGPT(L.LightningModule):
             self.val_text_nats.reset()
         self.log("val/loss", nats / self.val_tokens.compute(), prog_bar=True)
         self.log("val/bpc", nats / self.val_chars.compute() / math.log(2), prog_bar=True)
+        for name, (other_nats, tokens, chars) in self.other_val.items():
+            total = other_nats.compute()
+            self.log(f"val/{name}/loss", total / tokens.compute())
+            self.log(f"val/{name}/bpc", total / chars.compute() / math.log(2))
+            for metric in (other_nats, tokens, chars):
+                metric.reset()
         self.log("step", float(self.global_step), sync_dist=True)  # the same on every rank
         for metric in (self.val_nats, self.val_tokens, self.val_chars):
             metric.reset()
