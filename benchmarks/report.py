@@ -346,11 +346,11 @@ def attention_maps(res: dict) -> str:
                   "rhyme slots (the last character of an even line), line starts, line-end marks and `<eos>`.",
                   table(["", *kinds], rows)]
         if study := e.get("rhyme"):
-            parts += rhyme_heads_section(study, kinds)
+            parts += rhyme_heads_section(study, kinds, e.get("seconds"))
     return "\n\n".join(parts)
 
 
-def rhyme_heads_section(study: dict, kinds: list[str]) -> list[str]:
+def rhyme_heads_section(study: dict, kinds: list[str], seconds: float | None = None) -> list[str]:
     """The verdicts for the heads that look at the rhyme, with the sets, controls and free poems behind them."""
     sets = [[name, ", ".join(s["heads"]), *(f"{s[k]:+.3f}" for k in kinds)] for name, s in study["sets"].items()]
     sets += [[f"random sets of {size}: 95th percentile", f"{len(c['sets'])} sets, seeds {c['seeds'][0]}–{c['seeds'][-1]}",
@@ -378,7 +378,9 @@ def rhyme_heads_section(study: dict, kinds: list[str]) -> list[str]:
             parts.append(f"The free rhyme depends on (a drop outside the noise): {depends}.")
     parts.append("Verdicts:\n\n" + "\n".join(f"- **{v['label']}**: {v['measured']}." for v in study["verdicts"]))
     if sec := study.get("seconds"):
-        parts.append("Time: " + ", ".join(f"{k} {v:.0f} s" for k, v in sec.items()) + " (`attention_maps.py`).")
+        named = {"each head alone": seconds, "the sets and controls": sec.get("nats"), "the free poems": sec.get("free")}
+        parts.append("Time on this machine: " + ", ".join(f"{k} {v:.0f} s" for k, v in named.items() if v is not None)
+                     + " (`attention_maps.py`'s `head_effects.seconds` and `head_effects.rhyme.seconds`).")
     return parts
 
 
@@ -500,10 +502,8 @@ def readme_caption(a: dict) -> str:
                   f"L{top['layer']}H{top['head']} ({top['rhyme_slot']:+.3f}).")
         study = e.get("rhyme") or {}
         for v in study.get("verdicts", []):
-            said = "a rhyme head" if v["rhyme_head"] else "looks at the previous rhyme, but the rhyme does not need it"
-            if len(v["heads"]) > 1:
-                said = "rhyme heads together" if v["rhyme_head"] else "together, the rhyme does not need them either"
-            effect += f" {' + '.join(v['heads'])}: {said} (off: {v['measured'].split(' off: ', 1)[1]})."
+            label = v["label"].split(": ", 1)[-1] if len(v["heads"]) == 1 else v["label"]
+            effect += f" {' + '.join(v['heads'])}: {label} (off: {v['measured'].split(' off: ', 1)[1]})."
         if depends := free_rhyme_depends(study):
             effect += f" The free rhyme drops without {depends}."
     return (f"*Layer {FIGURE_LAYER} of the default run on 「{a['text']}」: the trained heads (top row), the same heads "

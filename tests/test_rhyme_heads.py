@@ -69,11 +69,11 @@ def test_a_head_is_a_rhyme_head_only_when_both_measures_say_so():
     assert verdict(["L3H1"], "previous-rhyme head", 0.30, 0.10, cost)["label"] == "rhyme head"
     v = verdict(["L3H1"], "previous-rhyme head", 0.30, 0.10, noise)
     assert (v["nats_needed"], v["free_needed"], v["rhyme_head"]) == (True, False, False)
-    assert v["label"] == ("previous-rhyme head: looks at the previous rhyme; the rhyme does not need it (the rhyme-slot "
-                          "cost is above random heads', the free rhyme within the noise)")
+    assert v["label"] == ("previous-rhyme head: looks at the previous rhyme; not a rhyme head: its rhyme-slot cost is "
+                          "above random heads', but without it the free rhyme moves within the sampling noise")
     both = verdict(["L1H1", "L3H1"], "", 0.01, 0.10, cost)["label"]
-    assert both == ("they look at the previous rhyme; the rhyme does not need them together (free rhyme drops without "
-                    "them together, but the rhyme-slot cost is within random heads')")
+    assert both == ("they look at the previous rhyme; not a rhyme head: the free rhyme drops without them together, "
+                    "but their rhyme-slot cost is within random heads'")
     assert verdict(["L1H1", "L3H1"], "", 0.3, 0.10, cost)["label"] == "rhyme heads together"
     neither = verdict(["L3H1"], "previous-rhyme head", 0.05, 0.10, noise)["label"]
     assert neither == "previous-rhyme head: looks at the previous rhyme; the rhyme does not need it"

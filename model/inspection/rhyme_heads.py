@@ -77,7 +77,8 @@ def verdict(names: Sequence[str], pattern: str, slot: float, bar: float, free: M
     """Whether the heads `names` (which look at the rhyme; `pattern` names how one head does) are rhyme heads:
     rhyme-slot Δ nats `slot` above the random sets' 95th percentile `bar`, and the free rhyme's
     95 % interval (`free_poems` row) below zero → {"heads", "nats_needed", "free_needed",
-    "rhyme_head", "label"}."""
+    "rhyme_head", "label" (what it looks at, and "the rhyme does not need it" when neither
+    measure says so, or which one does), "measured"}."""
     nats_needed = slot > bar
     free_needed = free is not None and free["interval"][1] < 0
     what = f"{' + '.join(names)} off: rhyme-slot nats {slot:+.3f} (random sets' 95th percentile {bar:+.3f})"
@@ -86,12 +87,16 @@ def verdict(names: Sequence[str], pattern: str, slot: float, bar: float, free: M
     if nats_needed and free_needed:
         label = "rhyme head" if len(names) == 1 else "rhyme heads together"
     else:
-        it = "it" if len(names) == 1 else "them together"
-        label = (f"{pattern}: looks at the previous rhyme" if len(names) == 1 else "they look at the previous rhyme") \
-            + f"; the rhyme does not need {it}"
-        if nats_needed or free_needed:
-            label += (f" (free rhyme drops without {it}, but the rhyme-slot cost is within random heads')" if free_needed
-                      else " (the rhyme-slot cost is above random heads', the free rhyme within the noise)")
+        it, them = ("it", "its") if len(names) == 1 else ("them together", "their")
+        label = f"{pattern}: looks at the previous rhyme" if len(names) == 1 else "they look at the previous rhyme"
+        if free_needed:
+            label += (f"; not a rhyme head: the free rhyme drops without {it}, but {them} rhyme-slot cost is within "
+                      "random heads'")
+        elif nats_needed:
+            label += (f"; not a rhyme head: {them} rhyme-slot cost is above random heads', but without {it} the free "
+                      "rhyme moves within the sampling noise")
+        else:
+            label += f"; the rhyme does not need {it}"
     return {"heads": list(names), "nats_needed": nats_needed, "free_needed": free_needed,
             "rhyme_head": nats_needed and free_needed, "label": label, "measured": what}
 
