@@ -14,9 +14,10 @@ from model.training.lit import LitGPT
 
 
 def validation_metrics(engine: Engine, datamodule: PoetryDataModule) -> dict[str, float]:
-    """`val/loss` and `val/bpc` of a loaded model (`model.loading.load_engine`) by Lightning's
-    `validate` on the data module, on the engine's device, so they follow its validation protocol
-    exactly as in training. raises ValueError if the data module's vocabulary is not the model's."""
+    """`val/loss` and `val/bpc` (and `val/<name>/…` of the data module's other validation sets) of
+    a loaded model (`model.loading.load_engine`) by Lightning's `validate` on the data module, on
+    the engine's device, so they follow its validation protocol exactly as in training. raises
+    ValueError if the data module's vocabulary is not the model's."""
     lit = LitGPT(model_fields(engine.model.cfg), {}, engine.tokenizer.state_dict(), engine.script, engine=engine)
     accelerator = "gpu" if engine.device.type == "cuda" else "cpu"
     if datamodule.tokenizer.state_dict() != lit.tokenizer.state_dict():
@@ -26,5 +27,5 @@ def validation_metrics(engine: Engine, datamodule: PoetryDataModule) -> dict[str
                         enable_progress_bar=False, enable_model_summary=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PossibleUserWarning)  # few dataloader workers: fine here
-        (metrics,) = trainer.validate(lit, datamodule=datamodule, verbose=False)
-    return {k: float(v) for k, v in metrics.items()}
+        results = trainer.validate(lit, datamodule=datamodule, verbose=False)  # a dict per validation set
+    return {k: float(v) for metrics in results for k, v in metrics.items()}
