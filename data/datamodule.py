@@ -50,6 +50,18 @@ def poem_bounds(tokens: np.ndarray, bos_id: int = 0) -> tuple[np.ndarray, np.nda
     return starts, np.append(starts[1:], len(tokens))
 
 
+def poem_subset(tokens: np.ndarray, n_tokens: int, bos_id: int = 0, seed: int = 0) -> np.ndarray:
+    """Whole poems of a token array drawn in a seeded random order until they hold at least
+    `n_tokens` tokens, concatenated in array order: a smaller training set for data-constrained
+    studies (the same poems for every run with the same array and seed). The whole array if it
+    holds fewer."""
+    starts, ends = poem_bounds(tokens, bos_id)
+    order = np.random.default_rng(seed).permutation(len(starts))
+    cut = np.searchsorted(np.cumsum(ends[order] - starts[order]), n_tokens) + 1
+    keep = np.sort(order[:cut])
+    return np.concatenate([np.asarray(tokens[starts[i]:ends[i]]) for i in keep])
+
+
 def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0) -> np.ndarray:
     """Start offsets of the training windows, `(N,) int64`; a window is `block_size + 1` tokens.
 
@@ -148,7 +160,8 @@ class PoetryDataModule(L.LightningDataModule):
     alone; `data=song`, `data=tang+song`); corpus_path's validation split stays the reference
     (`val/loss`, `val/bpc`), whatever is trained on. also_validate: {name: corpus file} whose
     validation splits are scored beside it (`val/<name>/loss`, `val/<name>/bpc`). The vocabulary
-    covers every corpus named.
+    covers every corpus named. train_subset_tokens: train on whole poems of the training split
+    drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
     raises ValueError for an unknown script, tokenizer kind or windows.
     """
 
@@ -156,7 +169,7 @@ class PoetryDataModule(L.LightningDataModule):
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
                  tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
                  seed: int = 0, plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
-                 also_validate: Mapping[str, str] | None = None):
+                 also_validate: Mapping[str, str] | None = None, train_subset_tokens: int | None = None):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -173,6 +186,7 @@ class PoetryDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.plan_tokens = bool(plan_tokens)
         self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
+        self.train_subset_tokens = train_subset_tokens
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -307,6 +321,9 @@ class PoetryDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Open the memory-mapped arrays and cut them into windows (`train_windows`, `val_windows`)."""
         train, bos = self.tokens("train"), Tokenizer.bos_id
+        if self.train_subset_tokens:
+            train = poem_subset(train, self.train_subset_tokens, bos)
+        self.train_tokens = len(train)
         self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos))
         self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
         self.val_set = self.val_sets[0]

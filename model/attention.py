@@ -169,14 +169,16 @@ class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention.
 
     n_embd: model width; n_head: heads, d_k = n_embd // n_head; block_size: longest T;
-    dropout: probability on the attention weights and on the output (training only);
+    dropout: probability on the attention weights (training only); resid_dropout: on the output
+    (None: dropout);
     backend: one of `BACKENDS`; qk_norm: RMS-normalise q and k per head; rope: rotary
     position embeddings on q and k (base 10,000). raises ValueError if n_embd % n_head != 0,
     d_k is odd with rope, or the backend is unknown.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, dropout: float = 0.0,
-                 backend: str = "sdpa", bias: bool = False, qk_norm: bool = False, rope: bool = False):
+                 backend: str = "sdpa", bias: bool = False, qk_norm: bool = False, rope: bool = False,
+                 resid_dropout: float | None = None):
         super().__init__()
         if n_embd % n_head:
             raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
@@ -189,7 +191,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # W_q, W_k, W_v side by side
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)  # W_O
         self.attn_dropout = nn.Dropout(dropout)
-        self.resid_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout if resid_dropout is None else resid_dropout)
         # lower-triangular mask: position t may look at positions ≤ t (the lesson's section 3)
         mask = torch.ones(block_size, block_size, dtype=torch.bool).tril()
         self.register_buffer("mask", mask, persistent=False)  # (block_size, block_size)

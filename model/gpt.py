@@ -51,6 +51,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 128
     dropout: float = 0.0  # on attention weights, residual branches and embeddings
+    attn_dropout: float | None = None  # on the attention weights instead of dropout (None: dropout)
     bias: bool = False  # bias in Linear and LayerNorm layers
     backend: str = "sdpa"  # the attention backend: naive | sdpa | flash
     head: str = "tied"  # tied | adaptive
@@ -69,6 +70,11 @@ class GPTConfig:
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)
+
+
+def attention_dropout(cfg: GPTConfig) -> float:
+    """The dropout on the attention weights: attn_dropout, or dropout where that is None."""
+    return cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
 
 
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "backend"))
@@ -101,8 +107,8 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.backend, cfg.bias,
-                                        cfg.qk_norm, cfg.pos_emb == "rope")
+        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, attention_dropout(cfg), cfg.backend,
+                                        cfg.bias, cfg.qk_norm, cfg.pos_emb == "rope", resid_dropout=cfg.dropout)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 

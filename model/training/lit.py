@@ -81,7 +81,7 @@ class LitGPT(L.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if stage == "fit" and dm is not None:
             self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
-            self.train_tokens = int(dm.meta["train"]["tokens"])
+            self.train_tokens = int(getattr(dm, "train_tokens", 0) or dm.meta["train"]["tokens"])
         names = getattr(dm, "val_names", [""])[1:]
         self.other_val = torch.nn.ModuleDict({name: torch.nn.ModuleList(
             SumMetric(nan_strategy="disable" if i == 0 else "warn").set_dtype(torch.float64) for i in range(3))
