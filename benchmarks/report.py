@@ -179,8 +179,8 @@ def overhead(res: dict) -> str:
     )
 
 
-def attention(res: dict) -> str:
-    a = res["attention-cpu"]
+def attention(res: dict, device: str = "cpu") -> str:
+    a = res[f"attention-{device}"]
     m = a["meta"]
     backends = ("naive", "sdpa", "flash")
 
@@ -200,22 +200,22 @@ def attention(res: dict) -> str:
         f"`python benchmarks/attention.py`: one attention layer (batch {m['batch']}, n_embd {m['n_embd']}, "
         f"{m['n_head']} heads, {m['dtype']}, training mode, median of {m['repeats']}), its peak memory in a process "
         "of its own (growth of peak RSS), speed-up over `naive` in brackets; then one training step of each model.",
-        "attention-cpu", m.get("machine"),
+        f"attention-{device}", m.get("machine"),
         table(header, rows),
         "One training step (forward, backward, AdamW), ms:",
         table(["model", *backends], steps),
     )
 
 
-def sampling(res: dict) -> str:
-    s = res["sampling-cpu"]
+def sampling(res: dict, device: str = "cpu") -> str:
+    s = res[f"sampling-{device}"]
     rows = [[f"`{r['model']}`", n(r["batch"]), n(r["new_tokens"]), n(r["no_cache_tokens_per_sec"]),
              n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]]
     return section(
         "Sampling: the KV cache",
         "`python benchmarks/sampling.py`: `block_size − 1` tokens after `<bos>`, random weights, top_k 200, "
         "without the cache (every step recomputes the context) and with it.",
-        "sampling-cpu", s.get("machine"),
+        f"sampling-{device}", s.get("machine"),
         table(["model", "batch", "new tokens", "no cache, tokens/s", "KV cache, tokens/s", "ratio"], rows),
     )
 
@@ -262,21 +262,71 @@ def tokenizers(res: dict) -> str:
     )
 
 
-def mfu(res: dict) -> str:
-    f = res["mfu-cpu"]
+def mfu(res: dict, device: str = "cpu") -> str:
+    f = res[f"mfu-{device}"]
     default = res["fixed-time-cpu"]["runs"]["default"]
     default_ms = 1000 * default["wall_seconds"] / default["steps"]
+    compared = (f"Its {n(f['ms_per_step'])} ms per step is {f['ms_per_step'] / default_ms:.0f}× the default run's "
+                f"{n(default_ms)} ms (wall-clock ÷ steps, above): rerun it on an idle machine before reading it.")
     return section(
         "Throughput and MFU",
         f"`python benchmarks/mfu.py --model {f['model']} --device {f['device']} --batch {f['batch']}`: training steps "
         "on random tokens; MFU only where the device's peak is known (CUDA GPUs).",
-        "mfu-cpu", f.get("machine"),
+        f"mfu-{device}", f.get("machine"),
         table(["model", "batch", "block", "ms per step", "tokens/s", "FLOP per token", "achieved TFLOP/s", "MFU"],
               [[f"`{f['model']}`", n(f["batch"]), n(f["block_size"]), n(f["ms_per_step"], 1), n(f["tokens_per_sec"]),
                 n(f["flops_per_token"]), f"{f['achieved_tflops']:g}", "–" if f["mfu"] is None else f"{f['mfu']:.1%}"]]),
-        f"Its {n(f['ms_per_step'])} ms per step is {f['ms_per_step'] / default_ms:.0f}× the default run's "
-        f"{n(default_ms)} ms (wall-clock ÷ steps, above): rerun it on an idle machine before reading it.",
+        *([compared] if device == "cpu" else []),
     )
+
+
+def data_constrained(res: dict) -> str:
+    """Tang val/bpc against epochs of a repeated subset, from benchmarks/data_constrained.py's JSON."""
+    from benchmarks.data_constrained import RUNS
+    from benchmarks.data_constrained import table as epochs_table
+
+    title = "## Repeating the data"
+    d = res.get("data-constrained-cpu")
+    if d is None:
+        return f"{title}\n\nPending: `python benchmarks/data_constrained.py` writes `data-constrained-cpu.json`."
+    st, missing = d["settings"], [name for name in RUNS if name not in d["runs"]]
+    tokens = st["steps"] * 32 * 72
+    parts = [title, f"`python benchmarks/data_constrained.py`: the default `tiny` model for {n(st['steps'])} steps "
+                    f"(batch 32 × block 72, {n(tokens)} tokens) on whole poems drawn at random up to "
+                    f"{n(st['subset_tokens'])} tokens, so the set is seen about {tokens / st['subset_tokens']:.0f} "
+                    f"times; Tang `val/bpc` on the whole Tang validation split every {n(st['every'])} steps, read at "
+                    "the validation nearest each number of epochs (tokens seen ÷ unique training tokens). Runs: "
+                    "`tang` the Tang subset; `-dropout` with `model.dropout=0.1` (attention weights, residual "
+                    "branches, embeddings); `-attn-dropout` with dropout 0.1 on the attention weights only; "
+                    "`tang+song` a subset of the same size from both corpora' training splits.",
+             machine_line("data-constrained-cpu", d.get("machine")), epochs_table(d)]
+    if missing:
+        parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
+    return "\n\n".join(parts)
+
+
+GPU_RESULTS = {"attention-cuda": ("Attention backends", attention), "sampling-cuda": ("Sampling", sampling),
+               "mfu-cuda": ("Throughput and MFU", mfu), "run-small-gpu-tang-song-cuda": ("A short run", None)}
+"""What scripts/gpu_check.sh writes, and the section that shows each."""
+
+
+def gpu(res: dict) -> str:
+    """The GPU figures, or "not yet measured on a GPU" for each that scripts/gpu_check.sh has not written."""
+    parts = ["## On a GPU", "`bash scripts/gpu_check.sh` on a CUDA machine writes these "
+                            "(`benchmarks/results/*-cuda.json`); then `python -m benchmarks.report`."]
+    for name, (title, show) in GPU_RESULTS.items():
+        if name not in res:
+            parts.append(f"### {title}\n\nNot yet measured on a GPU (`{name}.json`).")
+        elif show:
+            parts.append(show(res, "cuda").replace("## ", "### ", 1))
+        else:
+            r = res[name]
+            rows = [[" ".join(f"`{o}`" for o in r["overrides"]), n(r["steps"]), n(r["wall_seconds"], 1),
+                     "–" if r["tokens_per_sec"] is None else n(r["tokens_per_sec"]),
+                     *(f"{r[k]:.3f}" if k in r else "–" for k in ("val/bpc", "val/song/bpc"))]]
+            parts += [f"### {title}", machine_line(name, r.get("machine")),
+                      table(["overrides", "steps", "wall-clock s", "tokens/s", "Tang `val/bpc`", "Song `val/bpc`"], rows)]
+    return "\n\n".join(parts)
 
 
 def evaluation(res: dict) -> str:
@@ -436,7 +486,7 @@ def pending(name: str, command: str) -> str:
 
 
 SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
-            attention_maps, ablation, rhyme_levers)
+            attention_maps, ablation, rhyme_levers, data_constrained, gpu)
 
 
 def results_page(res: dict) -> str:
