@@ -288,7 +288,7 @@ def data_constrained(res: dict) -> str:
     title = "## Repeating the data"
     d = res.get("data-constrained-cpu")
     if d is None:
-        return f"{title}\n\nPending: `python benchmarks/data_constrained.py` writes `data-constrained-cpu.json`."
+        return f"{title}\n\nNot yet measured: `python benchmarks/data_constrained.py` writes `data-constrained-cpu.json`."
     st, missing = d["settings"], [name for name in RUNS if name not in d["runs"]]
     tokens = st["steps"] * 32 * 72
     parts = [title, f"`python benchmarks/data_constrained.py`: the default `tiny` model for {n(st['steps'])} steps "
