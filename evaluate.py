@@ -112,8 +112,7 @@ def main(cfg: DictConfig) -> None:
           "(see model/inspection/poem_metrics.py)")
     print(format_table(report["rows"]))
     if report["val"]:
-        print("  ".join(f"{k} {report['val'][k]:.4f}" for k in ("val/bpc", "val/bpc_text", "val/loss")
-                        if k in report["val"]))
+        print("  ".join(f"{k} {v:.4f}" for k, v in report["val"].items() if k != "step"))
     print(f"wrote {report['json']} ({', '.join(f'{k} {v:.1f} s' for k, v in report['seconds'].items())})")
 
 

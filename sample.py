@@ -80,6 +80,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
 @hydra.main(version_base="1.3", config_path="conf", config_name="sample")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
+    if cfg.ablate:
+        print(f"with {', '.join(map(str, cfg.ablate))} off ({cfg.ablate_mode})", file=sys.stderr)
     sample(cfg)
 
 

@@ -77,6 +77,8 @@ def test_a_head_is_a_rhyme_head_only_when_both_measures_say_so():
     assert verdict(["L1H1", "L3H1"], "", 0.3, 0.10, cost)["label"] == "rhyme heads together"
     neither = verdict(["L3H1"], "previous-rhyme head", 0.05, 0.10, noise)["label"]
     assert neither == "previous-rhyme head: looks at the previous rhyme; the rhyme does not need it"
+    other = verdict(["L1H3"], "punctuation head", 0.05, 0.10, noise)["label"]
+    assert other == "punctuation head: also looks at the previous rhyme; the rhyme does not need it"
     assert "free rhyme -2.0 points (95 % interval -8.0 to +4.0)" in v["measured"]
     assert not verdict(["L3H1"], "previous-rhyme head", 0.05, 0.10, cost)["rhyme_head"]
     assert not verdict(["L3H1"], "previous-rhyme head", 0.30, 0.10, None)["rhyme_head"]  # no free poems: no verdict
@@ -105,7 +107,7 @@ def test_the_study_names_its_sets_controls_and_verdicts(tmp_path):
     assert study["sets"]["layer 1"]["heads"] == ["L1H0", "L1H1", "L1H2", "L1H3"]
     assert sorted(study["controls"]) == ["1", "2", "4"] and len(study["controls"]["2"]["sets"]) == 10
     assert list(study["free"]) == ["intact", "L0H1", "L1H2", "looking heads together", "layer 0", "layer 1",
-                                   "random 0", "random 1"]
+                                   "random set 1", "random set 2"]
     assert [v["heads"] for v in study["verdicts"]] == [["L0H1"], ["L1H2"], ["L0H1", "L1H2"]]
     text = format_study(study, ["all", "rhyme_slot"])
-    assert "random 2: 95th pct" in text and "verdicts:" in text and text.count("looks at the previous rhyme") <= 3
+    assert "random sets of 2: 95th pct" in text and "(2 sets for each of seeds 0–4)" in text and "verdicts:" in text and text.count("looks at the previous rhyme") <= 3

@@ -88,7 +88,8 @@ def verdict(names: Sequence[str], pattern: str, slot: float, bar: float, free: M
         label = "rhyme head" if len(names) == 1 else "rhyme heads together"
     else:
         it, them = ("it", "its") if len(names) == 1 else ("them together", "their")
-        label = f"{pattern}: looks at the previous rhyme" if len(names) == 1 else "they look at the previous rhyme"
+        looks = "looks" if pattern == "previous-rhyme head" else "also looks"
+        label = f"{pattern}: {looks} at the previous rhyme" if len(names) == 1 else "they look at the previous rhyme"
         if free_needed:
             label += (f"; not a rhyme head: the free rhyme drops without {it}, but {them} rhyme-slot cost is within "
                       "random heads'")
@@ -121,7 +122,7 @@ def rhyme_study(engine: Engine, scorer: HeadScorer, rows: Sequence[Mapping], see
     if num_samples and looking:
         randoms = random_sets(cfg.n_layer, cfg.n_head, len(looking), range(len(free_seeds)), 1)
         free = free_poems(engine, {"intact": [], **{n: [n] for n in looking}, **sets,
-                                   **{f"random {i}": s for i, s in enumerate(randoms)}},
+                                   **{f"random set {i + 1}": s for i, s in enumerate(randoms)}},
                           free_seeds, num_samples, corpus_path)
         seconds["free"] = time.perf_counter() - start - seconds["nats"]
     verdicts = [verdict([n], patterns[n], scorer.delta([n])["rhyme_slot"], controls[1]["p95"]["rhyme_slot"],
@@ -145,8 +146,9 @@ def format_study(study: Mapping, kinds: Sequence[str]) -> str:
     for name, s in study["sets"].items():
         lines.append(f"{name:<26}" + "".join(f"{s[k]:>+12.3f}" for k in kinds))
     for size, c in study["controls"].items():
-        lines.append(f"{f'random {size}: 95th pct':<26}" + "".join(f"{c['p95'][k]:>+12.3f}" for k in kinds)
-                     + f"   ({len(c['sets'])} sets, seeds {c['seeds'][0]}–{c['seeds'][-1]})")
+        per_seed = len(c["sets"]) // len(c["seeds"])
+        lines.append(f"{f'random sets of {size}: 95th pct':<26}" + "".join(f"{c['p95'][k]:>+12.3f}" for k in kinds)
+                     + f"   ({per_seed} sets for each of seeds {c['seeds'][0]}–{c['seeds'][-1]})")
     if study["free"]:
         st = study["free_settings"]
         lines += ["", f"free poems, {st['num_samples']} per seed at seeds {', '.join(map(str, st['seeds']))}: "

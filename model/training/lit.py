@@ -148,7 +148,7 @@ class LitGPT(L.LightningModule):
         for name, (other_nats, tokens, chars) in self.other_val.items():
             total = other_nats.compute()
             self.log(f"val/{name}/loss", total / tokens.compute())
-            self.log(f"val/{name}/bpc", total / chars.compute() / math.log(2))
+            self.log(f"val/{name}/bpc", total / chars.compute() / math.log(2), prog_bar=True)
             for metric in (other_nats, tokens, chars):
                 metric.reset()
         self.log("step", float(self.global_step), sync_dist=True)  # the same on every rank
