@@ -110,4 +110,5 @@ def test_the_study_names_its_sets_controls_and_verdicts(tmp_path):
                                    "random set 1", "random set 2"]
     assert [v["heads"] for v in study["verdicts"]] == [["L0H1"], ["L1H2"], ["L0H1", "L1H2"]]
     text = format_study(study, ["all", "rhyme_slot"])
-    assert "random sets of 2: 95th pct" in text and "(2 sets for each of seeds 0–4)" in text and "verdicts:" in text and text.count("looks at the previous rhyme") <= 3
+    assert "random sets of 2: 95th pct" in text and "(2 sets for each of seeds 0–4)" in text and "verdicts:" in text
+    assert text.count("look at the previous rhyme") + text.count("looks at the previous rhyme") == 3
