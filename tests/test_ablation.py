@@ -143,15 +143,10 @@ def test_the_kinds_of_target_of_a_poem():
 
 def test_a_head_that_writes_nothing_has_no_effect_and_every_head_is_on_again():
     from model.inspection.head_effects import KINDS, head_effects
+    from tests.test_rhyme_heads import engine as random_engine
 
-    tok = CharTokenizer.from_texts(POEMS)
-    torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=40, n_layer=2, n_head=4, n_embd=32)).eval()
-    with torch.no_grad():
-        for p in gpt.parameters():
-            p.copy_(torch.randn_like(p) * 0.3)
-        gpt.blocks[1].attn.c_proj.weight[:, 8:16] = 0  # head 1 of layer 1 writes nothing to the residual stream
-    engine = Engine(gpt, tok, "traditional")
+    engine = random_engine(silent=[(1, 1)])  # head 1 of layer 1 writes nothing to the residual stream
+    gpt = engine.model.eval()
     idx = engine.encode_line(POEMS[0])[0]
     before = gpt(idx)
     effects = head_effects(engine, POEMS, batch_size=4)
