@@ -28,12 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.train_run import QUIET  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "data-constrained-cpu.json"
-QUIET = ["logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
-         "~callbacks.head_effects", "trainer.enable_progress_bar=false"]
 RUNS = {  # name → train.py overrides beside the subset and the schedule
     "tang": [],
     "tang-dropout": ["model.dropout=0.1"],

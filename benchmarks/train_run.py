@@ -28,6 +28,7 @@ from model.device import describe as machine  # noqa: E402
 
 QUIET = ["logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
          "~callbacks.head_effects", "trainer.enable_progress_bar=false"]
+"""train.py overrides of a measured run: the CSV logger, no per-validation or end-of-run callbacks, no bar."""
 
 
 def logged(run_dir: Path) -> dict[str, list[float]]:

@@ -98,6 +98,7 @@ class HeadScorer:
 
 
 def head_name(layer: int, head: int) -> str:
+    """A head's name as `ablate` takes it: (3, 1) → "L3H1"."""
     return f"L{layer}H{head}"
 
 

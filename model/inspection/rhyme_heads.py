@@ -137,6 +137,7 @@ def rhyme_study(engine: Engine, scorer: HeadScorer, rows: Sequence[Mapping], see
 
 
 def interval(row: Mapping) -> str:
+    """A `free_poems` row's 95 % interval of the change, in points: "-10.0 to -0.6"."""
     return f"{row['interval'][0]:+.1f} to {row['interval'][1]:+.1f}"
 
 
