@@ -34,11 +34,13 @@ from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrup
 from model.training.lit import LitGPT
 from model.training.progress import StepProgressBar
 from model.training.runtime import (
+    OneRunOnEveryRank,
     check_attention_backend,
     check_new_run_folder,
     compile_or_eager,
     config_sha,
     instantiate_loggers,
+    launch_id,
     resolve_precision,
     run_name_for_all_ranks,
     val_check_in_batches,
@@ -75,7 +77,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    callbacks += [StepSeed(cfg.seed), StopOnSignal(run_dir)]
+    callbacks += [StepSeed(cfg.seed), StopOnSignal(run_dir), OneRunOnEveryRank(cfg.run_name)]
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar())  # steps against max_steps, or seconds against max_time
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
@@ -119,4 +121,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = quote_non_ascii_overrides(sys.argv)
+    exit_on_user_error(launch_id)()  # torchrun across nodes without --rdzv-id: one line, before Hydra
     main()

@@ -72,6 +72,7 @@ class LitGPT(L.LightningModule):
         self._last_step_time: float | None = None
         self.other_val = torch.nn.ModuleDict()  # other validation sets' sums (`setup`)
         self.train_tokens = 0  # tokens of the training array (`setup`), for `train/epochs`
+        self.tokens_seen: int | None = None  # training tokens fed so far, all ranks; saved in checkpoints
         self.val_text_nats = SumMetric(nan_strategy="disable").set_dtype(torch.float64)  # non-plan targets: `val/bpc_text`
 
     def setup(self, stage: str) -> None:
@@ -94,24 +95,41 @@ class LitGPT(L.LightningModule):
             checkpoint["config_sha"] = self.config_sha
         if self.corpora:
             checkpoint["corpora"] = self.corpora
+        if self.tokens_seen is not None:
+            checkpoint["tokens_seen"] = self.tokens_seen
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A resumed run counts on from the tokens its checkpoint had seen, on any number of ranks
+        (a checkpoint without the count: `global_step` steps at this run's batch, at the first step)."""
+        self.tokens_seen = checkpoint.get("tokens_seen")
 
     def training_step(self, batch, batch_idx):
         """batch: (x, y), each (B, T) int64. Logs `train/loss` (nats/token), `train/tokens_per_sec` and
-        `train/epochs` (training tokens fed so far ÷ the training array's tokens, all ranks).
+        `train/epochs` (training tokens fed so far, all ranks, ÷ the training array's tokens).
         raises NonFiniteLossError at the first NaN or infinite loss, before its backward pass."""
         x, y = batch  # (B, T), (B, T)
         loss = self.gpt.loss(x, y)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(self.global_step, loss.item(), self.trainer.precision, self.hparams.optim["lr"])
         self.log("train/loss", loss, prog_bar=True)
+        if self.tokens_seen is None:
+            self.tokens_seen = self.global_step * self.trainer.accumulate_grad_batches * x.numel() * self.trainer.world_size
+        self.tokens_seen += x.numel() * self.trainer.world_size
         if self.train_tokens:  # epochs as data-constrained scaling counts them: tokens seen ÷ unique tokens
-            seen = (self.global_step + 1) * self.trainer.accumulate_grad_batches * x.numel() * self.trainer.world_size
-            self.log("train/epochs", seen / self.train_tokens)
+            self.log("train/epochs", self.tokens_seen / self.train_tokens)
         now = time.perf_counter()
         if self._last_step_time is not None:
             self.log("train/tokens_per_sec", x.numel() * self.trainer.world_size / (now - self._last_step_time))
         self._last_step_time = now
         return loss
+
+    def on_train_start(self) -> None:
+        """Sets every group's learning rate to the schedule's at the current step: a run resumed with
+        another `trainer.max_steps` would otherwise take its first step at the rate the checkpoint's
+        schedule left in the optimizer."""
+        sched = self.lr_schedulers()
+        for group, base, factor in zip(self.optimizers().optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+            group["lr"] = base * factor(sched.last_epoch)
 
     def on_validation_start(self) -> None:
         self._last_step_time = None  # validation time is not training throughput

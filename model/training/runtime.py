@@ -8,7 +8,9 @@ import json
 import logging
 import netrc
 import os
+import re
 import secrets
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +19,7 @@ from urllib.parse import urlparse
 import torch
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
+from lightning.pytorch import Callback as LightningCallback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from model.attention import check_backend
@@ -28,15 +31,51 @@ RUN_NAME_ENV = "MINGYUE_RUN_NAME"
 Lightning starts for the other DDP ranks, so every rank has rank 0's name."""
 
 
-def unique_run_name(base: str) -> str:
-    """`run_name` (conf/train.yaml: `${unique_run_name:<date>-<time>-<model>-...}`): `base` plus a
-    random suffix of 6 hex digits, so runs started in the same second, or the jobs of a Hydra
-    multirun, get folders of their own; the value of `MINGYUE_RUN_NAME` instead where it is set
-    (a DDP rank started by rank 0). Registered with `use_cache`: one value per composed config."""
-    return os.environ.get(RUN_NAME_ENV) or f"{base}-{secrets.token_hex(3)}"
+def launch_id() -> str | None:
+    """The id that every process of one `torchrun` or `srun` launch shares, as a folder-safe string,
+    or None outside such a launch (or in a one-task Slurm step). torchrun: `--rdzv-id`
+    (`TORCHELASTIC_RUN_ID`; of the UUID `--standalone` draws, its first 8 hex digits); with none
+    given, on one node, the agent's host and process id. srun: the job and step id.
+    raises ValueError for torchrun across nodes without `--rdzv-id` (nothing shared to name the run by)."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env:
+        run_id = env["TORCHELASTIC_RUN_ID"]
+        if run_id == "none":
+            if env.get("LOCAL_WORLD_SIZE") != env.get("WORLD_SIZE"):
+                raise ValueError("torchrun on several nodes without --rdzv-id: give every node the same "
+                                 "--rdzv-id=<id>, so that all ranks name the run alike")
+            run_id = f"{socket.gethostname()}-{os.getppid()}"
+        elif re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", run_id):
+            run_id = run_id[:8]
+        return "torchrun-" + re.sub(r"[^\w.-]", "-", run_id)
+    if "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        return f"slurm-{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+    return None
+
+
+def launch_rank() -> int:
+    """This process's global rank in a `torchrun` or `srun` launch (`RANK`, `SLURM_PROCID`), else 0."""
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) if launch_id() else 0)
+
+
+def unique_run_name(stamp: str, what: str) -> str:
+    """`run_name` (conf/train.yaml: `${unique_run_name:<date>-<time>,<model>-<attention>-<tokenizer>}`):
+    `<stamp>-<what>-<6 random hex digits>`, so runs started in the same second, or the jobs of a
+    Hydra multirun, get folders of their own. Every process of one run gets the same name: the
+    value of `MINGYUE_RUN_NAME` where it is set (a DDP rank started by rank 0, or set by hand), else
+    `<what>-<launch id>` under torchrun or srun (`launch_id`: each process resolves its own config,
+    at its own time). Registered with `use_cache`: one value per composed config."""
+    if os.environ.get(RUN_NAME_ENV):
+        return os.environ[RUN_NAME_ENV]
+    launch = launch_id()
+    return f"{what}-{launch}" if launch else f"{stamp}-{what}-{secrets.token_hex(3)}"
 
 
 OmegaConf.register_new_resolver("unique_run_name", unique_run_name, use_cache=True, replace=True)
+OmegaConf.register_new_resolver(  # conf/hydra/default.yaml: rank r > 0 of a launch logs to <name>_rank<r>.log
+    "launch_job_name", lambda name: f"{name}_rank{r}" if (r := launch_rank()) else name, replace=True)
+OmegaConf.register_new_resolver(  # and leaves the config record (.hydra/) to rank 0
+    "launch_output_subdir", lambda subdir: None if launch_rank() else subdir, replace=True)
 
 
 def check_new_run_folder(checkpoint_dir: Path, run_name: str) -> None:
@@ -56,15 +95,55 @@ class RefuseTakenRunName(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         """raises SystemExit `error: run_name=<name> is taken ...` (exit status 1) if
         `checkpoints/<run_name>` or `logs/<run_name>` exists, unless this process is a DDP rank
-        of that run (started by its rank 0, which made the folders)."""
+        of that run (started by its rank 0, which made the folders). Under torchrun or srun,
+        where every rank starts at once and may make `logs/<run_name>` before rank 0 looks,
+        rank 0 looks for `logs/<run_name>/.hydra` (which only rank 0 writes) and the other ranks
+        for `checkpoints/<run_name>` (which rank 0 makes only once every rank has joined)."""
         name = config.run_name
         if os.environ.get(RUN_NAME_ENV) == name:
             return
-        for folder in (Path(config.paths.checkpoint_dir) / name, Path(config.hydra.run.dir)):
+        checkpoints, logs = Path(config.paths.checkpoint_dir) / name, Path(config.hydra.run.dir)
+        folders = [checkpoints, logs]
+        if launch_id():
+            folders = [checkpoints] if launch_rank() else [checkpoints, logs / ".hydra"]
+        for folder in folders:
             if folder.exists():
                 raise SystemExit(f"error: run_name={name} is taken: {folder} exists (another run's record, left "
                                  f"unchanged); choose another run_name, or continue that run with "
-                                 f"ckpt_path={Path(config.paths.checkpoint_dir) / name}")
+                                 f"ckpt_path={checkpoints}")
+
+
+class OneRunOnEveryRank(LightningCallback):
+    """At `setup` of fitting, once every rank has joined the process group: raises ValueError on
+    every rank if the ranks disagree on `run_name` or `trainer.precision` (each resolves its own
+    config: another machine, another `MINGYUE_RUN_NAME`), naming each rank's value. Then rank 0
+    says the global batch once, in a log line and as the loggers' hyperparameters `global_batch`
+    (windows per optimizer step: `data.batch_size` × devices × nodes × accumulation) and
+    `global_batch_tokens` (× `block_size`)."""
+
+    def __init__(self, run_name: str):
+        self.run_name = run_name
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        mine = {"run_name": self.run_name, "trainer.precision": str(trainer.precision)}
+        every = [mine]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            every = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(every, mine)
+        for key in mine:
+            if len({r[key] for r in every}) > 1:
+                raise ValueError(f"the ranks disagree on {key}: " + ", ".join(
+                    f"rank {i} {r[key]}" for i, r in enumerate(every)) + f"; set {key} alike for every rank")
+        dm, k = trainer.datamodule, trainer.accumulate_grad_batches
+        windows = dm.batch_size * trainer.world_size * k
+        if trainer.is_global_zero:
+            log.info(f"global batch: {windows} windows, {windows * dm.block_size} tokens per optimizer step "
+                     f"(data.batch_size={dm.batch_size} × {trainer.num_devices} devices × {trainer.num_nodes} "
+                     f"nodes × {k} accumulated)")
+            for lg in trainer.loggers:
+                lg.log_hyperparams({"global_batch": windows, "global_batch_tokens": windows * dm.block_size})
 
 
 @contextmanager
