@@ -1,6 +1,7 @@
 """Issue 12, item 5: one run, one folder, one name on every rank."""
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -128,3 +129,61 @@ def test_a_refused_run_changes_no_byte_of_the_run_it_collided_with(tiny_corpus, 
         f"run_name, or continue that run with ckpt_path={ckpt}"]
     assert folder_hashes(ckpt, logs) == before and len(before) == 5 + with_checkpoints
     assert {p.name for p in tmp_path.iterdir()} == {"corpus", "logs"} | ({"checkpoints"} if with_checkpoints else set())
+
+
+LAUNCH_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "RANK", "SLURM_STEP_ID", "SLURM_NTASKS",
+              "SLURM_JOB_ID", "SLURM_PROCID")
+
+
+@pytest.fixture
+def launch(monkeypatch):
+    """Sets the environment of one process of a torchrun or srun launch (nothing else of one)."""
+    for key in (*LAUNCH_ENV, RUN_NAME_ENV):
+        monkeypatch.delenv(key, raising=False)
+    return lambda **env: [monkeypatch.setenv(k, str(v)) for k, v in env.items()]
+
+
+def test_every_process_of_a_launch_names_the_run_after_the_launch(launch):
+    from model.training.runtime import launch_id
+    assert launch_id() is None and NAME.fullmatch(compose_train().run_name)
+    launch(TORCHELASTIC_RUN_ID="job7", LOCAL_WORLD_SIZE=2, WORLD_SIZE=4, RANK=3)
+    assert launch_id() == "torchrun-job7"
+    cfg = compose_train()
+    assert cfg.run_name == "tiny-sdpa-char-torchrun-job7"
+    assert (cfg.hydra.job.name, cfg.hydra.output_subdir) == ("train_rank3", None)  # rank 0 keeps .hydra
+    launch(TORCHELASTIC_RUN_ID="16870951-787a-4f18-b6bc-b95c0b6dc080")  # --standalone's UUID
+    assert launch_id() == "torchrun-16870951"
+    launch(TORCHELASTIC_RUN_ID="none", RANK=0)
+    with pytest.raises(ValueError, match="^torchrun on several nodes without --rdzv-id: give every node the same"):
+        launch_id()
+    launch(LOCAL_WORLD_SIZE=4)  # one node: its agent's host and process id
+    assert launch_id() == f"torchrun-{socket.gethostname()}-{os.getppid()}"
+    cfg = compose_train()
+    assert (cfg.hydra.job.name, cfg.hydra.output_subdir) == ("train", ".hydra")
+
+
+def test_an_srun_step_of_several_tasks_is_a_launch_and_one_task_is_not(launch):
+    from model.training.runtime import launch_id, launch_rank
+    launch(SLURM_JOB_ID=812, SLURM_STEP_ID=0, SLURM_NTASKS=1, SLURM_PROCID=0)
+    assert launch_id() is None
+    launch(SLURM_NTASKS=8, SLURM_PROCID=5)
+    assert (launch_id(), launch_rank()) == ("slurm-812.0", 5)
+
+
+def test_under_a_launch_rank_zero_refuses_another_runs_record_and_no_rank_refuses_its_own_log_folder(launch, tmp_path):
+    from model.training.runtime import RefuseTakenRunName
+    launch(TORCHELASTIC_RUN_ID="job7", LOCAL_WORLD_SIZE=2, WORLD_SIZE=2, RANK=0)
+    cfg = compose_train(f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}")
+    logs = tmp_path / "logs" / cfg.run_name
+    logs.mkdir(parents=True)  # made by another rank of this launch, already
+    for rank in (0, 1):
+        launch(RANK=rank)
+        RefuseTakenRunName().on_run_start(cfg)
+    (logs / ".hydra").mkdir()  # an earlier launch's rank 0 record
+    with pytest.raises(SystemExit, match=r"is taken: .*/\.hydra exists"):
+        launch(RANK=0)
+        RefuseTakenRunName().on_run_start(cfg)
+    (tmp_path / "checkpoints" / cfg.run_name).mkdir(parents=True)
+    with pytest.raises(SystemExit, match=f"is taken: {tmp_path / 'checkpoints' / cfg.run_name} exists"):
+        launch(RANK=1)
+        RefuseTakenRunName().on_run_start(cfg)
