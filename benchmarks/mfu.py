@@ -31,7 +31,7 @@ from model.training.lit import build_optimizer  # noqa: E402
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "RTX 4090": 165.0}
 """Dense bf16 tensor-core peaks (vendor data sheets, without sparsity), by a substring of the GPU name."""
-VOCAB = 8164  # the default character vocabulary (simplified script)
+VOCAB = {"tiny": 8164, "small": 11660}  # character vocabularies: data=tang (the default), data=tang+song (small_gpu's)
 HEAD_SHARE = (0.949, 0.044, 0.007)  # training tokens in the adaptive head, first and second tail cluster
 
 
@@ -43,7 +43,7 @@ def model_config(name: str) -> tuple[GPTConfig, dict]:
         cfg = OmegaConf.to_container(OmegaConf.merge(cfg, exp["model"]))
     optim = cfg.pop("optim")
     cfg.pop("name")
-    return GPTConfig(vocab_size=VOCAB, **cfg), optim
+    return GPTConfig(vocab_size=VOCAB[name], **cfg), optim
 
 
 def flops_per_token(cfg: GPTConfig) -> float:
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     torch.manual_seed(0)
     gpt = GPT(cfg).to(args.device).train()
     opt = build_optimizer(gpt, optim)
-    idx = torch.randint(0, VOCAB, (args.batch, cfg.block_size + 1), device=args.device)
+    idx = torch.randint(0, cfg.vocab_size, (args.batch, cfg.block_size + 1), device=args.device)
     x, y = idx[:, :-1], idx[:, 1:]
     autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.device == "cuda")
     for i in range(args.warmup + args.steps):

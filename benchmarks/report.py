@@ -305,6 +305,45 @@ def data_constrained(res: dict) -> str:
     return "\n\n".join(parts)
 
 
+def gpu_recipe(res: dict) -> str:
+    """`experiment=small_gpu` sized on paper: benchmarks/gpu_recipe.py's JSON, with its arithmetic."""
+    title = "## The GPU recipe, on paper"
+    r = res.get("gpu-recipe")
+    if r is None:
+        return f"{title}\n\nNot yet measured: `python benchmarks/gpu_recipe.py` writes `gpu-recipe.json`."
+    st = r["study"]
+    limit = ("the study has no matching run yet" if st is None else
+             f"the study's `{st['run']}` run was best at {st['best_epochs']:.1f} epochs "
+             f"(Tang `val/bpc` {st['best_val_bpc']:.3f}), and " +
+             ("the recipe stays below that" if r["epochs"] <= st["best_epochs"] else "**the recipe goes past it**"))
+    flops = r["tokens_seen"] * r["flops_per_token"]
+    validations = r["steps"] // r["val_check_interval"]
+    mfu_rows = [[f"{float(m):.0%}" + (" (measured)" if r["mfu_measured"] else ""), n(sec, 1)]
+                for m, sec in r["h200_seconds"].items()]
+    return "\n\n".join([
+        title,
+        f"`python benchmarks/gpu_recipe.py`: `python train.py {' '.join(r['overrides'])}` composed, its data "
+        "prepared and its model built; the FLOPs of a training step (forward and backward) counted by PyTorch's "
+        "`FlopCounterMode` on real training windows (matrix products and attention).",
+        machine_line("gpu-recipe", r.get("machine")),
+        table(["model", "block", "batch", "steps", "dropout", "parameters", "vocabulary", "FLOPs per token"],
+              [[f"{r['n_layer']} × {r['n_head']} × {r['n_embd']}", n(r["block_size"]), n(r["batch"]), n(r["steps"]),
+                f"{r['dropout']:g}", n(r["parameters"]), n(r["vocab_size"]), n(r["flops_per_token"])]]),
+        f"- **Epochs**: {n(r['steps'])} steps × {n(r['batch'])} windows × {n(r['block_size'])} tokens = "
+        f"{n(r['tokens_seen'])} tokens seen ÷ {n(r['unique_tokens'])} unique training tokens (Tang + Song) = "
+        f"**{r['epochs']:.2f} epochs**; {limit}.",
+        f"- **Model size**: Chinchilla's 20 tokens per parameter would want {n(r['parameters'])} × 20 = "
+        f"{n(20 * r['parameters'])} tokens, {20 * r['parameters'] / r['unique_tokens']:.1f} epochs of the two corpora.",
+        f"- **FLOPs**: {n(r['tokens_seen'])} tokens × {n(r['flops_per_token'])} = {flops:.3g} for training, plus "
+        f"{validations} validations × {n(r['val_tokens'])} Tang and Song validation tokens × a third of that "
+        "(the forward pass).",
+        "- **On one H200** (989 TFLOP/s dense bf16): seconds of compute at a model FLOPs utilisation of"
+        + (" (measured by `scripts/gpu_check.sh`)" if r["mfu_measured"] else " (assumed until `scripts/gpu_check.sh` "
+                                                                             "measures it)") + ":",
+        table(["MFU", "seconds"], mfu_rows),
+    ])
+
+
 GPU_RESULTS = {"attention-cuda": ("Attention backends", attention), "sampling-cuda": ("Sampling", sampling),
                "mfu-cuda": ("Throughput and MFU", mfu), "run-small-gpu-tang-song-cuda": ("A short run", None)}
 """What scripts/gpu_check.sh writes, and the section that shows each."""
@@ -486,7 +525,7 @@ def pending(name: str, command: str) -> str:
 
 
 SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
-            attention_maps, ablation, rhyme_levers, data_constrained, gpu)
+            attention_maps, ablation, rhyme_levers, data_constrained, gpu_recipe, gpu)
 
 
 def results_page(res: dict) -> str:
