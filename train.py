@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -35,6 +36,7 @@ from model.training.lit import LitGPT
 from model.training.progress import StepProgressBar
 from model.training.runtime import (
     OneRunOnEveryRank,
+    check_accelerator,
     check_attention_backend,
     check_new_run_folder,
     compile_or_eager,
@@ -64,10 +66,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     shape = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
+    check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
+        # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
+        warnings.filterwarnings("ignore", message="The dirpath has changed from")
         saved = load_checkpoint(ckpt_path)
         check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)
         check_same_workers(saved, cfg.data.num_workers, ckpt_path)

@@ -63,6 +63,7 @@ class GPTConfig:
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
     phonology: bool = False  # poem inputs: each token's rhyme groups and tone
     rhyme_loss_weight: float = 0.0  # poem inputs: weight of the auxiliary rhyme loss on line-final targets
+    rhyme_loss_at: str = "line_ends"  # line_ends (every line's last character) | rhyme_slots (the even lines')
     phon_output: bool = False  # poem inputs: the output layer scores each token's phonology embedding too
     structure: bool = False  # poem inputs: where the next token sits in the poem
     struct_lines: int = 10  # structure: line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest)
@@ -281,7 +282,7 @@ class GPT(nn.Module):
         targets -1 where not scored; plus the auxiliary rhyme loss if rhyme_loss_weight > 0 (not
         in `nats`). raises ValueError as `forward`."""
         x = self._hidden(idx)  # (B, T, n_embd)
-        aux = self.poem.rhyme_loss(x, targets) if self.cfg.rhyme_loss_weight > 0 else 0.0
+        aux = self.poem.rhyme_loss(x, targets, idx) if self.cfg.rhyme_loss_weight > 0 else 0.0
         return self.lm_head.nats(x, targets, mean=True) + aux
 
     def nats(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -37,12 +37,17 @@ def uses_poem_inputs(cfg) -> bool:
 
 class PoemInputs(nn.Module):
     """cfg: GPTConfig (n_embd, phonology, phon_output, structure, struct_lines, struct_countdown,
-    rhyme_loss_weight). raises ValueError for rhyme_loss_weight > 0 or phon_output without phonology."""
+    rhyme_loss_weight, rhyme_loss_at). raises ValueError for rhyme_loss_weight > 0 or phon_output
+    without phonology, and for another rhyme_loss_at, or rhyme_slots without structure."""
 
     def __init__(self, cfg):
         super().__init__()
         if (cfg.rhyme_loss_weight > 0 or cfg.phon_output) and not cfg.phonology:
             raise ValueError("rhyme_loss_weight > 0 and phon_output need phonology=True (the tokens' rhyme groups)")
+        if cfg.rhyme_loss_at not in ("line_ends", "rhyme_slots"):
+            raise ValueError(f"rhyme_loss_at={cfg.rhyme_loss_at!r} is not one of ('line_ends', 'rhyme_slots')")
+        if cfg.rhyme_loss_weight > 0 and cfg.rhyme_loss_at == "rhyme_slots" and not cfg.structure:
+            raise ValueError("rhyme_loss_at=rhyme_slots needs structure=True (which lines are even)")
         self.cfg = cfg
         if cfg.phonology:  # ids per token id, from set_phonology; saved in checkpoints
             self.wge = nn.Embedding(GROUPS, cfg.n_embd)  # rhyme-group embedding
@@ -141,13 +146,20 @@ class PoemInputs(nn.Module):
         slot = torch.where(has_length, slot, torch.where(known, 1, 0))
         return torch.stack([line_id, count_id, slot], dim=-1)[:, -idx.size(1):]  # (B, T, 3)
 
-    def rhyme_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def rhyme_loss(self, x: torch.Tensor, targets: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
         """rhyme_loss_weight × the mean cross-entropy (nats) of `rhyme_head` predicting the first
-        group id of each line-final target (a target whose next target is a line-end mark), 0 if
-        there is none: x (B, T, n_embd) the final hidden states, targets (B, T) int64, -1 not scored."""
+        group id of each line-final target, 0 if there is none: x (B, T, n_embd) the final hidden
+        states, targets (B, T) int64, -1 not scored; idx (B, T) the inputs (for rhyme_slots).
+        Line-final: with rhyme_loss_at=line_ends a target whose next target is a line-end mark; with
+        rhyme_slots a target in slot type 4 (`structure_ids`: an even line's last character, where
+        the poem's `<bos>` is in sight), the slots whose rhyme the poem's rules fix."""
         t = targets.clamp(min=0)  # (B, T)
-        final = (targets[:, :-1] >= 0) & (self.token_kind[t[:, 1:]] == MARK)  # (B, T-1): target t ends a line
+        if self.cfg.rhyme_loss_at == "rhyme_slots":
+            final = (targets >= 0) & (self.structure_ids(idx)[..., 2] == SLOTS.index("rhyme slot"))  # (B, T)
+        else:
+            final = (targets[:, :-1] >= 0) & (self.token_kind[t[:, 1:]] == MARK)  # (B, T-1): target t ends a line
+            x, t = x[:, :-1], t[:, :-1]
         if not final.any():
             return x.new_zeros(())
-        logits = self.rhyme_head(x[:, :-1][final]).float()  # (N, GROUPS)
-        return self.cfg.rhyme_loss_weight * F.cross_entropy(logits, self.phon_group_ids[t[:, :-1][final], 0])
+        logits = self.rhyme_head(x[final]).float()  # (N, GROUPS)
+        return self.cfg.rhyme_loss_weight * F.cross_entropy(logits, self.phon_group_ids[t[final], 0])

@@ -40,10 +40,14 @@ def torchrun(tmp_path: Path, corpus: Path, launch: list[str], *overrides: str) -
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(*procs: subprocess.Popen) -> None:
+def finish(*procs: subprocess.Popen) -> str:
+    """Waits for each launch (up to 5 minutes), asserts it exited 0; returns their console output."""
+    outs = []
     for proc in procs:
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-4000:]
+        outs.append(out)
+    return "".join(outs)
 
 
 def rows(run_log: Path) -> tuple[dict, dict, dict]:
@@ -62,20 +66,21 @@ def test_two_nodes_of_two_processes_train_as_one_run_that_resumes_on_three(tiny_
     rdzv = [f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-backend=c10d", "--rdzv-id=job7"]
     nodes = [torchrun(tmp_path, tiny_corpus, ["--nnodes=2", "--nproc-per-node=2", *rdzv], "trainer.devices=2",
                       "trainer.num_nodes=2", "trainer.max_steps=6") for _ in range(2)]
-    finish(*nodes)
+    out = finish(*nodes)
 
     name = "tiny-sdpa-char-torchrun-job7"  # one run_name, from the rendezvous id
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == [name]
     assert [p.name for p in (tmp_path / "logs").iterdir()] == [name]
     run, logs = tmp_path / "checkpoints" / name, tmp_path / "logs" / name
-    texts = {p.name: p.read_text() for p in logs.glob("*.log")}
-    assert sorted(texts) == ["train.log", "train_rank1.log", "train_rank2.log", "train_rank3.log"]
-    for text in texts.values():  # every rank: the same name and the same precision rule
-        assert f"run_name {name}: checkpoints in {run}" in text
-        assert "trainer.precision=auto: 32-true (the CPU" in text
-    batch_lines = [line for text in texts.values() for line in text.splitlines() if "global batch" in line]
-    assert len(batch_lines) == 1 and "32 windows, 512 tokens per optimizer step (data.batch_size=8 × 2 devices " \
-                                      "× 2 nodes × 1 accumulated)" in batch_lines[0]
+    assert [p.name for p in logs.glob("*.log")] == ["train.log"]  # the run's folder is rank 0's record
+    train_log = (logs / "train.log").read_text()
+    assert out.count(f"run_name {name}: checkpoints in {run}") == 4  # every rank: the same name
+    assert out.count("trainer.precision=auto: 32-true (the CPU") == 4  # and the same precision rule
+    assert f"4 ranks agree: run_name {name}, trainer.precision 32-true" in train_log
+    batch_lines = [line for line in train_log.splitlines() if "global batch" in line]
+    assert out.count("global batch") == 1 and len(batch_lines) == 1
+    assert "32 windows, 512 tokens per optimizer step (data.batch_size=8 × 2 devices × 2 nodes × 1 accumulated)" \
+        in batch_lines[0]
     (hparams,) = logs.glob("csv/version_*/hparams.yaml")
     assert yaml.safe_load(hparams.read_text())["global_batch"] == 32
     # checkpoints: rank 0's, once each, none half-written

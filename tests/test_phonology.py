@@ -157,6 +157,31 @@ def test_the_rhyme_loss_scores_line_final_targets_only():
         GPT(GPTConfig(vocab_size=V, rhyme_loss_weight=0.5))
 
 
+def test_the_rhyme_loss_at_rhyme_slots_scores_the_even_lines_last_characters_only():
+    m = tiny(rhyme_loss_weight=0.5, rhyme_loss_at="rhyme_slots", structure=True)
+    # <bos>, four lines of 3 characters, each with its mark (7 or 14): the rhyme slots are lines 2 and 4's last
+    idx = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 7, 8, 9, 10]])
+    y = torch.cat([idx[:, 1:], torch.tensor([[14]])], dim=1)  # targets: the next tokens
+    x = m._hidden(idx)
+    slots = [6, 14]  # positions whose target is 10 (line 2's last) and 10 (line 4's last)
+    assert m.poem.structure_ids(idx)[0, slots, 2].tolist() == [4, 4]
+    expected = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, slots]),
+                                                       m.poem.phon_group_ids[y[0, slots], 0])
+    torch.testing.assert_close(m.poem.rhyme_loss(x, y, idx), expected)
+    line_ends = tiny(rhyme_loss_weight=0.5, structure=True)  # every line's last: 4 targets, positions 2, 6, 10, 14
+    line_ends.load_state_dict(m.state_dict())
+    every = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, [2, 6, 10, 14]]),
+                                                    m.poem.phon_group_ids[y[0, [2, 6, 10, 14]], 0])
+    torch.testing.assert_close(line_ends.poem.rhyme_loss(x, y, idx), every)
+    y[0, 6] = -1  # not scored: not in the loss
+    torch.testing.assert_close(m.poem.rhyme_loss(x, y, idx), 0.5 * torch.nn.functional.cross_entropy(
+        m.poem.rhyme_head(x[0, [14]]), m.poem.phon_group_ids[y[0, [14]], 0]))
+    with pytest.raises(ValueError, match="rhyme_loss_at=rhyme_slots needs structure=True"):
+        GPT(GPTConfig(vocab_size=V, phonology=True, rhyme_loss_weight=0.5, rhyme_loss_at="rhyme_slots"))
+    with pytest.raises(ValueError, match="rhyme_loss_at='odd' is not one of"):
+        GPT(GPTConfig(vocab_size=V, phonology=True, rhyme_loss_at="odd"))
+
+
 def test_bad_tables_are_refused():
     m, tones = tiny(), torch.zeros(V, dtype=torch.long)
     with pytest.raises(ValueError, match="groups must be"):

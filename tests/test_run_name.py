@@ -8,6 +8,7 @@ import sys
 import lightning as L
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import train as train_script
 from model.training.runtime import RUN_NAME_ENV
@@ -150,7 +151,14 @@ def test_every_process_of_a_launch_names_the_run_after_the_launch(launch):
     assert launch_id() == "torchrun-job7"
     cfg = compose_train()
     assert cfg.run_name == "tiny-sdpa-char-torchrun-job7"
-    assert (cfg.hydra.job.name, cfg.hydra.output_subdir) == ("train_rank3", None)  # rank 0 keeps .hydra
+    assert cfg.hydra.output_subdir is None  # rank 3 leaves the config record, and train.log, to rank 0
+    handlers = OmegaConf.to_container(cfg.hydra.job_logging, resolve=False)["handlers"]
+    log_file = OmegaConf.create({"f": handlers["file"]["filename"].replace(
+        "${hydra.runtime.output_dir}/${hydra.job.name}", "logs/x/train")})
+    assert log_file.f == "/dev/null"  # its log: the console only
+    launch(RANK=0)
+    assert log_file.f == "logs/x/train.log"
+    launch(RANK=3)
     launch(TORCHELASTIC_RUN_ID="16870951-787a-4f18-b6bc-b95c0b6dc080")  # --standalone's UUID
     assert launch_id() == "torchrun-16870951"
     launch(TORCHELASTIC_RUN_ID="none", RANK=0)
@@ -158,8 +166,7 @@ def test_every_process_of_a_launch_names_the_run_after_the_launch(launch):
         launch_id()
     launch(LOCAL_WORLD_SIZE=4)  # one node: its agent's host and process id
     assert launch_id() == f"torchrun-{socket.gethostname()}-{os.getppid()}"
-    cfg = compose_train()
-    assert (cfg.hydra.job.name, cfg.hydra.output_subdir) == ("train", ".hydra")
+    assert compose_train().hydra.output_subdir == ".hydra"
 
 
 def test_an_srun_step_of_several_tasks_is_a_launch_and_one_task_is_not(launch):

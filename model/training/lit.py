@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import lightning as L
 import torch
@@ -32,6 +33,10 @@ from data.tokenizer import tokenizer_from_state
 from model.engine import Engine
 from model.loading import build_gpt
 from model.training.muon import MuonAdamW
+
+# Lightning asks for sync_dist=True on epoch-level logs under DDP; the validation sums below are
+# torchmetrics metrics, already reduced across ranks, so the values logged are the global ones
+warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('val/")
 
 
 class NonFiniteLossError(ValueError):

@@ -72,11 +72,8 @@ def unique_run_name(stamp: str, what: str) -> str:
 
 
 OmegaConf.register_new_resolver("unique_run_name", unique_run_name, use_cache=True, replace=True)
-OmegaConf.register_new_resolver(  # conf/hydra/default.yaml: rank r > 0 of a launch logs to <name>_rank<r>.log
-    "launch_job_name", lambda name: f"{name}_rank{r}" if (r := launch_rank()) else name, replace=True)
-OmegaConf.register_new_resolver(  # and leaves the config record (.hydra/) to rank 0
-    "launch_output_subdir", lambda subdir: None if launch_rank() else subdir, replace=True)
-
+OmegaConf.register_new_resolver(  # conf/hydra/default.yaml: the run's log file and config record are rank 0's
+    "launch_rank_zero", lambda value, other=None: other if launch_rank() else value, replace=True)
 
 def check_new_run_folder(checkpoint_dir: Path, run_name: str) -> None:
     """raises ValueError if `checkpoint_dir` already holds checkpoints, unless this process is
@@ -95,22 +92,23 @@ class RefuseTakenRunName(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         """raises SystemExit `error: run_name=<name> is taken ...` (exit status 1) if
         `checkpoints/<run_name>` or `logs/<run_name>` exists, unless this process is a DDP rank
-        of that run (started by its rank 0, which made the folders). Under torchrun or srun,
-        where every rank starts at once and may make `logs/<run_name>` before rank 0 looks,
-        rank 0 looks for `logs/<run_name>/.hydra` (which only rank 0 writes) and the other ranks
-        for `checkpoints/<run_name>` (which rank 0 makes only once every rank has joined)."""
+        of that run (started by its rank 0, which made the folders). Under torchrun or srun, where
+        every rank starts at once and may make an empty `logs/<run_name>` before rank 0 looks,
+        rank 0 looks for `logs/<run_name>/.hydra` (which only rank 0 writes) and the other ranks,
+        which write nothing there, for `checkpoints/<run_name>` (which rank 0 makes only once
+        every rank has joined)."""
         name = config.run_name
         if os.environ.get(RUN_NAME_ENV) == name:
             return
         checkpoints, logs = Path(config.paths.checkpoint_dir) / name, Path(config.hydra.run.dir)
-        folders = [checkpoints, logs]
-        if launch_id():
+        folders, launch = [checkpoints, logs], launch_id()
+        if launch:
             folders = [checkpoints] if launch_rank() else [checkpoints, logs / ".hydra"]
         for folder in folders:
             if folder.exists():
+                again = "launch again with another --rdzv-id (or run_name=)" if launch else "choose another run_name"
                 raise SystemExit(f"error: run_name={name} is taken: {folder} exists (another run's record, left "
-                                 f"unchanged); choose another run_name, or continue that run with "
-                                 f"ckpt_path={checkpoints}")
+                                 f"unchanged); {again}, or continue that run with ckpt_path={checkpoints}")
 
 
 class OneRunOnEveryRank(LightningCallback):
@@ -136,6 +134,8 @@ class OneRunOnEveryRank(LightningCallback):
             if len({r[key] for r in every}) > 1:
                 raise ValueError(f"the ranks disagree on {key}: " + ", ".join(
                     f"rank {i} {r[key]}" for i, r in enumerate(every)) + f"; set {key} alike for every rank")
+        if trainer.is_global_zero:
+            log.info(f"{len(every)} ranks agree: run_name {self.run_name}, trainer.precision {trainer.precision}")
         dm, k = trainer.datamodule, trainer.accumulate_grad_batches
         windows = dm.batch_size * trainer.world_size * k
         if trainer.is_global_zero:
@@ -204,6 +204,14 @@ def resolve_precision(precision: str, accelerator: str) -> str:
                     f"using trainer.precision={converted}")
         return converted
     return precision
+
+
+def check_accelerator(accelerator: str) -> None:
+    """raises ValueError for a GPU accelerator (`gpu`, `cuda`) on a machine without a CUDA GPU,
+    before Lightning's own multi-line error and before any data work."""
+    if str(accelerator) in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.accelerator={accelerator} but there is no CUDA GPU here; on the CPU add "
+                         "trainer.accelerator=cpu (e.g. trainer=ddp trainer.accelerator=cpu)")
 
 
 def val_check_in_batches(trainer_cfg: DictConfig) -> None:

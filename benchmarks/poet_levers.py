@@ -1,0 +1,113 @@
+"""Levers toward poems as the poets write them, screened against the default at the default's steps:
+rhyme of regulated poems at three sampling seeds and with a form mask alone, the mix of forms,
+distinct-2, and `val/bpc` on both protocols (the poems and nanoGPT's 64-token windows).
+
+    python benchmarks/poet_levers.py                       # every lever not yet in the JSON
+    python benchmarks/poet_levers.py --only default rhyme-slots-0.1 --force
+
+Each lever: `python train.py` with its overrides (the CSV logger, no per-validation or end-of-run
+callbacks: `benchmarks/train_run.QUIET`; the default's `trainer.max_steps`, so the same schedule),
+then `evaluate.py sets=[free,form]` (300 poems a set) at each of SEEDS, and `val/bpc` by
+`benchmarks/fixed_time.score`. Writes `benchmarks/results/poet-levers-cpu.json` after each lever
+(levers already there are kept). Wall-clock seconds are recorded but compare only on a quiet
+machine; a lever that adds work is timed by the fixed-time benchmark before it lands.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.fixed_time import score  # noqa: E402
+from benchmarks.train_run import QUIET  # noqa: E402
+from model.device import commit  # noqa: E402
+from model.device import describe as machine  # noqa: E402
+from model.loading import load_engine  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "poet-levers-cpu.json"
+LEVERS = {
+    "default": [],
+    "rhyme-slots-0.1": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
+    "rhyme-slots-0.3": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.3"],
+}
+"""Lever name → train.py overrides. `rhyme-slots-w`: the auxiliary rhyme loss (weight w) on the even
+lines' last characters only (`model.rhyme_loss_at`), not on every line end."""
+SEEDS = (1337, 1, 2)
+FORMS = ("wujue", "qijue", "wulv", "qilv")
+KEPT = ("regulated", "rhyme_regulated", *FORMS, "other", "alternation", "nian", "dui", "copy", "distinct_2")
+"""The evaluate.py columns kept per sample set."""
+
+
+def evaluate(ckpt: Path, seed: int, out_dir: Path) -> dict:
+    """evaluate.py's free and form-only rows of a checkpoint at `seed` (and the human row): {row: {KEPT}}."""
+    subprocess.run([sys.executable, str(ROOT / "evaluate.py"), f"ckpt_path={ckpt}", "sets=[free,form]", f"seed={seed}",
+                    "val_bpc=false", f"out_dir={out_dir}"], check=True, stdout=subprocess.DEVNULL)
+    rows = json.loads((out_dir / "evaluate.json").read_text())["rows"]
+    return {name: {k: round(row[k], 4) for k in KEPT if row.get(k) is not None} for name, row in rows.items()}
+
+
+def run(name: str, overrides: list[str]) -> dict:
+    """Train one lever (folders `bench-pl-<name>`, replaced), evaluate it at every seed, score it."""
+    run_name = f"bench-pl-{name}"
+    for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
+        shutil.rmtree(old, ignore_errors=True)
+    cmd = [sys.executable, str(ROOT / "train.py"), f"run_name={run_name}", *QUIET, *overrides]
+    print("$", " ".join(cmd[1:]), flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
+    seeds = {str(s): evaluate(ckpt, s, ROOT / "logs" / run_name / f"evaluate-{s}") for s in SEEDS}
+    return {"overrides": overrides, "wall_seconds": round(wall, 1), "seeds": seeds, "val": score(load_engine(ckpt))}
+
+
+def summary(r: dict) -> dict:
+    """The issue's goals of one lever: free rhyme/regulated per seed, the least form-alone rhyme, the
+    mean form mix and distinct-2 of the free sets, both val/bpc protocols."""
+    seeds = r["seeds"].values()
+    free = [s["free"] for s in seeds]
+    return {"free_rhyme": [f["rhyme_regulated"] for f in free],
+            "form_rhyme": {f: min(s[f]["rhyme_regulated"] for s in seeds) for f in FORMS},
+            "mix": {k: sum(f[k] for f in free) / len(free) for k in (*FORMS, "other")},
+            "distinct_2": sum(f["distinct_2"] for f in free) / len(free),
+            "poems_bpc": r["val"]["poems"]["val_bpc"], "blocks_bpc": r["val"]["blocks"]["val_bpc"]}
+
+
+def table(result: dict) -> str:
+    """Markdown: one row per lever (free rhyme/regulated at each seed, the least form-alone rhyme,
+    the share of 七律, distinct-2, val/bpc poems and 64-token blocks)."""
+    lines = ["| lever | free rhy/reg " + " / ".join(map(str, SEEDS)) + " | least form-alone rhy/reg | 七律 share "
+             "| distinct-2 | val/bpc poems | val/bpc blocks |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in result["runs"].items():
+        s = summary(r)
+        lines.append(f"| {name} | " + " / ".join(f"{v:.1%}" for v in s["free_rhyme"])
+                     + f" | {min(s['form_rhyme'].values()):.1%} | {s['mix']['qilv']:.1%} | {s['distinct_2']:.3f} "
+                       f"| {s['poems_bpc']:.3f} | {s['blocks_bpc']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="*", default=None, choices=list(LEVERS), help="these levers only")
+    p.add_argument("--force", action="store_true", help="run again what the JSON already has")
+    args = p.parse_args(argv)
+    result = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
+    result.update(machine=machine(), commit=commit(), seeds=list(SEEDS))
+    for name in args.only or LEVERS:
+        if name in result["runs"] and not args.force:
+            continue
+        result["runs"][name] = run(name, LEVERS[name])
+        OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        print(table(result), flush=True)
+    print(f"{result['machine']}\n\n{table(result)}\n\nwrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
