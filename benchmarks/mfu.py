@@ -72,7 +72,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="small")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=128)  # experiment=small_gpu's data.batch_size
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     args = p.parse_args(argv)

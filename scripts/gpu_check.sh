@@ -28,7 +28,7 @@ check pytest 70 python -m pytest -m gpu -q
 check attention 75 python benchmarks/attention.py --dtype bfloat16 --seq-lens 64 256 1024 4096 8192 --batch 8 \
     --n-embd 384 --n-head 6
 check sampling 45 python benchmarks/sampling.py --device cuda
-check mfu 40 python benchmarks/mfu.py --model small --batch 64
+check mfu 40 python benchmarks/mfu.py --model small --batch 128
 check train 150 python benchmarks/train_run.py small-gpu-tang-song experiment=small_gpu data=tang+song \
     trainer.max_steps=300 trainer.val_check_interval=300
 if [ ${#failed[@]} -gt 0 ]; then
