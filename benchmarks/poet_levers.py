@@ -36,9 +36,12 @@ LEVERS = {
     "default": [],
     "rhyme-slots-0.1": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
     "rhyme-slots-0.3": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.3"],
+    "mid-poem-0.25": ["+data.mid_poem_fraction=0.25", "+model.struct_recover=true"],
 }
 """Lever name → train.py overrides. `rhyme-slots-w`: the auxiliary rhyme loss (weight w) on the even
-lines' last characters only (`model.rhyme_loss_at`), not on every line end."""
+lines' last characters only (`model.rhyme_loss_at`), not on every line end. `mid-poem-f`: a share f
+of training windows starts at a random offset (`data.mid_poem_fraction`), with the structure inputs
+read from the marks where the poem's start is out of sight (`model.struct_recover`)."""
 SEEDS = (1337, 1, 2)
 FORMS = ("wujue", "qijue", "wulv", "qilv")
 KEPT = ("regulated", "rhyme_regulated", *FORMS, "other", "alternation", "nian", "dui", "copy", "distinct_2")

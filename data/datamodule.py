@@ -62,15 +62,20 @@ def poem_subset(tokens: np.ndarray, n_tokens: int, bos_id: int = 0, seed: int = 
     return np.concatenate([np.asarray(tokens[starts[i]:ends[i]]) for i in keep])
 
 
-def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0) -> np.ndarray:
+def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0, mid_poem: float = 0.0,
+                 seed: int = 0) -> np.ndarray:
     """Start offsets of the training windows, `(N,) int64`; a window is `block_size + 1` tokens.
 
     windows='poems': every window starts at a poem's `<bos>`, as sampling does; a poem longer
     than a window goes on in windows that start `block_size` tokens later each, so every
-    token is a target once. A window runs on into the next poems (packing, no mask).
+    token is a target once. A window runs on into the next poems (packing, no mask). With
+    mid_poem = f > 0, windows at offsets drawn uniformly (numpy, `seed`) are added until they
+    are a fraction f of all: windows that start mid-poem, as nanoGPT's and a refilled KV cache's do.
     windows='random': every offset (nanoGPT's random windows).
-    raises ValueError for another `windows` or an array shorter than one window.
+    raises ValueError for another `windows`, mid_poem outside [0, 1), or an array shorter than one window.
     """
+    if not 0 <= mid_poem < 1:
+        raise ValueError(f"data.mid_poem_fraction={mid_poem} is not in [0, 1)")
     if windows not in TRAIN_WINDOWS:
         raise ValueError(f"data.train_windows={windows!r} is not one of {TRAIN_WINDOWS}")
     last = len(tokens) - block_size - 1  # the last offset that still fills a window
@@ -80,7 +85,10 @@ def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int 
         return np.arange(last + 1)
     starts, ends = poem_bounds(tokens, bos_id)
     offsets = np.concatenate([np.arange(b, e - 1, block_size) for b, e in zip(starts, ends)])
-    return offsets[offsets <= last]
+    offsets = offsets[offsets <= last]
+    extra = round(len(offsets) * mid_poem / (1 - mid_poem))
+    return np.sort(np.concatenate([offsets, np.random.default_rng(seed).integers(0, last + 1, extra)])) if extra \
+        else offsets
 
 
 class Windows(Dataset):
@@ -162,14 +170,16 @@ class PoetryDataModule(L.LightningDataModule):
     validation splits are scored beside it (`val/<name>/loss`, `val/<name>/bpc`). The vocabulary
     covers every corpus named. train_subset_tokens: train on whole poems of the training split
     drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
-    raises ValueError for an unknown script, tokenizer kind or windows.
+    mid_poem_fraction: the share of training windows that start at a random offset (`train_starts`).
+    raises ValueError for an unknown script, tokenizer kind or windows, or a share outside [0, 1).
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
                  tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
                  seed: int = 0, plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
-                 also_validate: Mapping[str, str] | None = None, train_subset_tokens: int | None = None):
+                 also_validate: Mapping[str, str] | None = None, train_subset_tokens: int | None = None,
+                 mid_poem_fraction: float = 0.0):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -187,6 +197,9 @@ class PoetryDataModule(L.LightningDataModule):
         self.plan_tokens = bool(plan_tokens)
         self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
         self.train_subset_tokens = train_subset_tokens
+        self.mid_poem_fraction = float(mid_poem_fraction)
+        if not 0 <= self.mid_poem_fraction < 1:
+            raise ValueError(f"data.mid_poem_fraction={mid_poem_fraction} is not in [0, 1)")
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -324,7 +337,8 @@ class PoetryDataModule(L.LightningDataModule):
         if self.train_subset_tokens:
             train = poem_subset(train, self.train_subset_tokens, bos)
         self.train_tokens = len(train)
-        self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos))
+        self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos,
+                                                                      self.mid_poem_fraction, self.seed))
         self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
         self.val_set = self.val_sets[0]
 

@@ -64,6 +64,18 @@ def phonology_tables(tokenizer: Tokenizer, script: str) -> PhonologyTables:
     return PhonologyTables(groups, tones)
 
 
+FULL_STOPS = "。？！"
+"""Line-end marks that close a couplet: the line after one is a couplet's first (odd) line; after
+，or ； comes its second (even) line, whose last character rhymes."""
+
+
+def full_stops(tokenizer: Tokenizer) -> list[bool]:
+    """Whether each id of `tokenizer` ends in a mark of FULL_STOPS (what `structure_ids` reads a
+    line's parity from where the poem's `<bos>` is out of sight)."""
+    return [not tokenizer.is_plan(i) and tokenizer.token_bytes(i).decode("utf-8", errors="ignore")[-1:] in
+            tuple(FULL_STOPS) for i in range(tokenizer.vocab_size)]
+
+
 def token_kinds(tokenizer: Tokenizer) -> list[int]:
     """The `TOKEN_KINDS` id of every id of `tokenizer` (a token ending in a line-end mark is one)."""
     bos, eos = tokenizer.encode("", bos=True, eos=True)

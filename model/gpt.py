@@ -68,6 +68,7 @@ class GPTConfig:
     structure: bool = False  # poem inputs: where the next token sits in the poem
     struct_lines: int = 10  # structure: line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest)
     struct_countdown: int = 10  # structure: countdown ids (0 unknown, then 0, 1, … tokens left in the line, capped)
+    struct_recover: bool = False  # structure: where no <bos> is in sight, read countdown and slot from the marks
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from data.corpus_io import heldout_poems
-from data.features import phonology_tables, token_kinds
+from data.features import full_stops, phonology_tables, token_kinds
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from model.ablation import MEAN_POEMS
 from model.ablation import ablate as ablate_heads
@@ -192,6 +192,8 @@ def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tab
         gpt.poem.set_phonology(torch.tensor(groups_tones.groups), torch.tensor(groups_tones.tones))
     if tables and gpt.poem is not None and hasattr(gpt.poem, "token_kind"):
         gpt.poem.set_token_kinds(torch.tensor(token_kinds(tokenizer)))
+    if tables and gpt.cfg.structure and gpt.cfg.struct_recover:
+        gpt.poem.set_full_stops(torch.tensor(full_stops(tokenizer)))
     return gpt
 
 

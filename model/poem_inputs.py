@@ -61,6 +61,8 @@ class PoemInputs(nn.Module):
             self.wslot = nn.Embedding(len(SLOTS), cfg.n_embd)
         if cfg.structure or cfg.rhyme_loss_weight > 0:  # TOKEN_KINDS id per token id (set_token_kinds)
             self.register_buffer("token_kind", torch.zeros(cfg.vocab_size, dtype=torch.long))
+        if cfg.structure and cfg.struct_recover:  # whether each token id closes a couplet (set_full_stops)
+            self.register_buffer("full_stop", torch.zeros(cfg.vocab_size, dtype=torch.bool))
 
     @torch.no_grad()
     def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor) -> None:
@@ -93,6 +95,16 @@ class PoemInputs(nn.Module):
             raise ValueError(f"kinds must be ({self.cfg.vocab_size},) ids in [0, {len(TOKEN_KINDS)})")
         self.token_kind.copy_(kinds)
 
+    @torch.no_grad()
+    def set_full_stops(self, flags: torch.Tensor) -> None:
+        """Which token ids end in a mark that closes a couplet (`data.features.full_stops`): flags
+        (vocab_size,) bool. raises ValueError without struct_recover, or for a wrong shape."""
+        if not hasattr(self, "full_stop"):
+            raise ValueError("this model does not recover structure from marks (struct_recover=False)")
+        if tuple(flags.shape) != (self.cfg.vocab_size,):
+            raise ValueError(f"flags must be ({self.cfg.vocab_size},), got {tuple(flags.shape)}")
+        self.full_stop.copy_(flags.bool())
+
     def forward(self, x: torch.Tensor, idx: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """The token embeddings x (B, T, n_embd) of idx (B, T) int64 with the poem's rows added
         → (B, T, n_embd); history (B, H) int64: the text's tokens before idx (None: idx starts it)."""
@@ -119,7 +131,12 @@ class PoemInputs(nn.Module):
         countdown id, slot type (`SLOTS`).
 
         A poem starts at `<bos>`; before one (a window that starts mid-poem) and after `<eos>`
-        every id is 0 (unknown). Line index: the line-end marks since `<bos>`, + 1, capped at
+        every id is 0 (unknown), unless struct_recover: then, before the window's first `<bos>` and
+        `<eos>`, the line id stays 0 but the slots are read from the marks: after one mark, slot 1
+        (a character of a line of unknown length); after two, the line is as long as the one
+        between them (countdown as below), and the next line is even, so its last character a
+        rhyme slot, when the last mark is ，or ； rather than a full stop (`full_stop`: 。？！).
+        Line index: the line-end marks since `<bos>`, + 1, capped at
         struct_lines - 1. Countdown: the tokens still to come in the line before its mark, + 1
         (1: the mark is next), capped at struct_countdown - 1; a line is as long as the poem's
         first, so in the first line it is 0 (unknown). Slot type: 1 a character of the first
@@ -144,7 +161,24 @@ class PoemInputs(nn.Module):
         count_id = torch.where(has_length, left.clamp(max=self.cfg.struct_countdown - 2) + 1, 0)
         slot = torch.where(left == 0, 3, torch.where((left == 1) & (line % 2 == 1), 4, 2))
         slot = torch.where(has_length, slot, torch.where(known, 1, 0))
+        if self.cfg.struct_recover:
+            count_id, slot = self._recovered(kind, full, pos, start, count_id, slot)
         return torch.stack([line_id, count_id, slot], dim=-1)[:, -idx.size(1):]  # (B, T, 3)
+
+    def _recovered(self, kind, full, pos, start, count_id, slot):
+        """`structure_ids`' countdown and slot ids, (B, N) each, with the positions before the
+        text's first `<bos>` and `<eos>` read from the marks (struct_recover)."""
+        none = torch.full_like(pos, -1)
+        lost = (start < 0) & (torch.where(kind == EOS, pos, none).cummax(1).values < 0)  # (B, N)
+        last = torch.where(kind == MARK, pos, none).cummax(1).values  # (B, N) the last mark at or before
+        prev = torch.where(last >= 1, last.gather(1, (last - 1).clamp(min=0)), none)  # the mark before it
+        even = ~self.full_stop[full].gather(1, last.clamp(min=0))  # the next line is a couplet's second
+        has_length = lost & (prev >= 0)
+        left = (last - prev - 1 - (pos - last)).clamp(min=0)  # tokens before the next mark
+        rec_slot = torch.where(left == 0, 3, torch.where((left == 1) & even, 4, 2))
+        rec_slot = torch.where(has_length, rec_slot, torch.where(last >= 0, 1, 0))
+        rec_count = torch.where(has_length, left.clamp(max=self.cfg.struct_countdown - 2) + 1, 0)
+        return torch.where(lost, rec_count, count_id), torch.where(lost, rec_slot, slot)
 
     def rhyme_loss(self, x: torch.Tensor, targets: torch.Tensor, idx: torch.Tensor | None = None) -> torch.Tensor:
         """rhyme_loss_weight × the mean cross-entropy (nats) of `rhyme_head` predicting the first

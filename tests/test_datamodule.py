@@ -73,6 +73,22 @@ def test_poem_training_windows_start_at_bos_and_cover_long_poems():
         train_starts(tokens, 8, "lines")
 
 
+def test_a_fraction_of_training_windows_starts_mid_poem_at_seeded_offsets():
+    tokens = poems_array([6, 20, 7, 9])
+    poems = train_starts(tokens, 8, "poems")  # 6 windows at <bos> or a long poem's continuation
+    mixed = train_starts(tokens, 8, "poems", mid_poem=0.25, seed=3)
+    assert len(mixed) == 8 and set(poems.tolist()) <= set(mixed.tolist())  # 2 of 8 added: a quarter
+    assert np.array_equal(mixed, train_starts(tokens, 8, "poems", mid_poem=0.25, seed=3))
+    assert not all(np.array_equal(mixed, train_starts(tokens, 8, "poems", mid_poem=0.25, seed=s)) for s in range(4, 9))
+    assert mixed.max() <= len(tokens) - 9 and len(train_starts(tokens, 8, "poems", mid_poem=0.5)) == 12
+    assert np.array_equal(train_starts(tokens, 8, "poems", mid_poem=0.0), poems)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"data.mid_poem_fraction=.* is not in \[0, 1\)"):
+            train_starts(tokens, 8, "poems", mid_poem=bad)
+        with pytest.raises(ValueError, match=r"data.mid_poem_fraction=.* is not in \[0, 1\)"):
+            PoetryDataModule("x.jsonl.xz", "cache", mid_poem_fraction=bad)
+
+
 def test_poem_validation_scores_every_token_once_from_its_own_poem():
     lengths = [6, 20, 7, 30]
     tokens = poems_array(lengths)

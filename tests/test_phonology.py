@@ -4,7 +4,7 @@ with them, checkpoints with them."""
 import pytest
 import torch
 
-from data.features import PAD, READINGS, group_ids, phonology_tables, token_kinds
+from data.features import PAD, READINGS, full_stops, group_ids, phonology_tables, token_kinds
 from data.tokenizer import CharTokenizer
 from model.attention import BACKENDS
 from model.gpt import GPT, GPTConfig
@@ -52,6 +52,8 @@ def tiny(backend="naive", block_size=80, **kw):
         m.poem.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
     if hasattr(m.poem, "token_kind"):
         m.poem.set_token_kinds(KINDS)
+    if hasattr(m.poem, "full_stop"):
+        m.poem.set_full_stops(torch.arange(V) % 14 == 0)  # marks 14, 28, …: full stops; 7, 21, …: commas
     return m
 
 
@@ -91,11 +93,13 @@ def test_backends_give_the_same_model_with_the_features(backend, features):
     torch.testing.assert_close(tiny(backend, **features)(idx), tiny("naive", **features)(idx), rtol=1e-5, atol=1e-5)
 
 
-def structure_of(text: str, history: str = "") -> list[tuple[int, int, int]]:
+def structure_of(text: str, history: str = "", recover: bool = False) -> list[tuple[int, int, int]]:
     """structure_ids of a character text ('^' <bos>, '$' <eos>) on a model of its vocabulary."""
     tok = CharTokenizer(sorted(set(text + history) - set("^$")))
-    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True))
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True, struct_recover=recover))
     m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
+    if recover:
+        m.poem.set_full_stops(torch.tensor(full_stops(tok)))
     ids = [[tok.encode(c.replace("^", "").replace("$", ""), bos=c == "^", eos=c == "$")[0] for c in t]
            for t in (history, text)]
     got = m.poem.structure_ids(torch.tensor([ids[1]]), torch.tensor([ids[0]]) if history else None)  # (1, T, 3)
@@ -124,9 +128,31 @@ def test_structure_is_unknown_until_a_poem_starts_and_history_supplies_it():
     assert with_history[0] == (2, 3, 2) and with_history[1] == (2, 2, 4)  # after 地, after 上 (霜 next)
 
 
-def test_the_cache_keeps_the_text_continues_the_structure_and_refills_itself():
-    m = tiny(block_size=16, structure=True)
+def test_structure_is_read_from_the_marks_where_no_poem_start_is_in_sight():
+    text = "地上霜。举头望明月，低头思故乡。"
+    got = structure_of(text, recover=True)
+    assert got[:3] == [(0, 0, 0)] * 3  # no mark yet: unknown
+    assert got[3:9] == [(0, 0, 1)] * 6  # after 。: characters of a line of unknown length
+    assert got[9] == (0, 6, 2)  # after ，: the line is as long as 举头望明月, 5 characters before the mark
+    assert got[13] == (0, 2, 4) and got[14] == (0, 1, 3)  # 乡 next: a rhyme slot (the line after ，), then 。
+    assert got[15] == (0, 6, 2)  # after 。 a couplet's first line: its last character is no rhyme slot
+    assert structure_of("月，举头望明月。低头思故乡，", recover=True)[11] == (0, 2, 2)  # after 。: not a rhyme slot
+    whole = structure_of("^床前明月光，疑是" + text)  # the same lines with the poem's start in sight
+    assert [g[1:] for g in got[9:]] == [g[1:] for g in whole[-7:]]  # the same countdowns and slots
+    assert structure_of(text) == [(0, 0, 0)] * len(text)  # without struct_recover: unknown, as before
+    # a poem that starts inside the window is read from its <bos>; after an <eos>, unknown until one
+    mixed = structure_of("月，低头思故乡。$^床前明月光，", recover=True)
+    assert mixed[8] == (0, 0, 0) and mixed[9:] == structure_of("^床前明月光，")
+    assert structure_of(text[4:], history="^床前明月光，疑是地上霜。", recover=True) == \
+        structure_of("^床前明月光，疑是地上霜。" + text[4:])[-len(text[4:]):]  # history in sight: as before
+
+
+@pytest.mark.parametrize("recover", [False, True])
+def test_the_cache_keeps_the_text_continues_the_structure_and_refills_itself(recover):
+    m = tiny(block_size=16, structure=True, struct_recover=recover)
     seq = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 6, 7, 8, 9]])  # <bos>, marks at 7 and 14
+    if recover:  # a text that starts mid-poem
+        seq = torch.tensor([[5, 7, 8, 9, 10, 14, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4]])
     cache = m.new_cache()
     m(seq[:, :8], cache=cache)
     torch.testing.assert_close(m(seq[:, 8:], cache=cache), m(seq)[:, 8:], rtol=1e-5, atol=1e-5)
