@@ -7,11 +7,11 @@ Composes the recipe's config, prepares its data (the Tang and Song corpora), bui
 counts the FLOPs of one training step (forward and backward) on real windows with PyTorch's
 `FlopCounterMode` (matrix products and attention, the work that runs on tensor cores). From the
 unique training tokens it gives the epochs the run sees (tokens seen ÷ unique training tokens),
-set beside the epochs at which the study's matching run (benchmarks/data_constrained.py: with
-or without dropout, Tang+Song) stopped improving; and the run's FLOPs (training, plus each
-validation's forward pass over the Tang and Song validation splits) over one H200's dense bf16
-peak at the model FLOPs utilisations in MFU, or at the one `scripts/gpu_check.sh` measured
-(`mfu-cuda.json`) once it exists.
+set beside the earliest epoch at which one of the study's runs with the same dropout
+(benchmarks/data_constrained.py: Tang, Tang+Song, the wider shape) stopped improving; and the
+run's FLOPs (training, plus each validation's forward pass over the Tang and Song validation
+splits) over one H200's dense bf16 peak at the model FLOPs utilisations in MFU, or at the one
+`scripts/gpu_check.sh` measured (`mfu-cuda.json`) once it exists.
 """
 from __future__ import annotations
 
@@ -44,12 +44,19 @@ MFU = (0.1, 0.25, 0.4)
 
 
 def study_limit(dropout: float) -> dict | None:
-    """The study's Tang+Song run with the recipe's dropout (or without): where its Tang val/bpc was best."""
+    """Of the study's runs with the recipe's dropout (`model.dropout` set, or no dropout at all), the
+    one whose Tang val/bpc was best earliest (in epochs): the most a recipe should repeat its data."""
     if not STUDY.exists():
         return None
-    name = "tang+song-dropout" if dropout > 0 else "tang+song"
-    run = json.loads(STUDY.read_text())["runs"].get(name)
-    return run and {"run": name, "best_epochs": run["best"]["epochs"], "best_val_bpc": run["best"]["val_bpc"]}
+    runs = json.loads(STUDY.read_text())["runs"]
+    alike = {name: r for name, r in runs.items()
+             if any(o.startswith("model.dropout=") for o in r["overrides"]) == (dropout > 0)
+             and not any("attn_dropout" in o for o in r["overrides"])}
+    if not alike:
+        return None
+    name = min(alike, key=lambda k: alike[k]["best"]["epochs"])
+    return {"run": name, "best_epochs": alike[name]["best"]["epochs"], "best_val_bpc": alike[name]["best"]["val_bpc"],
+            "runs": sorted(alike)}
 
 
 def measure(overrides: list[str] = OVERRIDES, windows: int = 4) -> dict:

@@ -315,7 +315,8 @@ def gpu_recipe(res: dict) -> str:
     st = r["study"]
     limit = ("the study has no matching run yet" if st is None else
              f"the study's `{st['run']}` run was best at {st['best_epochs']:.1f} epochs "
-             f"(Tang `val/bpc` {st['best_val_bpc']:.3f}), and " +
+             f"(Tang `val/bpc` {st['best_val_bpc']:.3f}), the earliest of the runs with the recipe's dropout "
+             f"({', '.join(f'`{x}`' for x in st['runs'])}), and " +
              ("the recipe stays below that" if r["epochs"] <= st["best_epochs"] else "**the recipe goes past it**"))
     flops = r["tokens_seen"] * r["flops_per_token"]
     validations = r["steps"] // r["val_check_interval"]
