@@ -39,13 +39,12 @@ RUNS = {  # name → train.py overrides beside the subset and the schedule
     "tang-attn-dropout": ["+model.attn_dropout=0.1"],
     "tang+song": ["data=tang+song", "~data.also_validate"],
     "tang+song-dropout": ["data=tang+song", "~data.also_validate", "model.dropout=0.1"],
-    "tang-wide": ["model.n_embd=192"],
     "tang-wide-dropout": ["model.n_embd=192", "model.dropout=0.1"],
 }
 """The study's runs: the Tang subset without dropout, with dropout everywhere (`model.dropout`:
 attention weights, residual branches, embeddings), with dropout on the attention weights only
 (the lessons' dropout), a subset of the same size from the Tang and Song training splits, and the
-tiny shape twice as wide (`n_embd` 192: 4× the block parameters) without and with dropout."""
+tiny shape twice as wide (`n_embd` 192: 4× the block parameters) with dropout."""
 MARKS = (1, 2, 4, 8, 16, 32)
 """The epochs the table reports (the validation nearest each)."""
 

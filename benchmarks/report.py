@@ -298,8 +298,8 @@ def data_constrained(res: dict) -> str:
                     "the validation nearest each number of epochs (tokens seen ÷ unique training tokens). Runs: "
                     "`tang` the Tang subset; `-dropout` with `model.dropout=0.1` (attention weights, residual "
                     "branches, embeddings); `-attn-dropout` with dropout 0.1 on the attention weights only; "
-                    "`tang+song` a subset of the same size from both corpora' training splits; `tang-wide` the `tiny` shape "
-                    "with `n_embd` 192 (four times the block parameters).",
+                    "`tang+song` a subset of the same size from both corpora' training splits; `tang-wide-dropout` "
+                    "the `tiny` shape with `n_embd` 192 (four times the block parameters) and dropout 0.1.",
              machine_line("data-constrained-cpu", d.get("machine")), epochs_table(d)]
     if missing:
         parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
