@@ -134,7 +134,7 @@ class OneRunOnEveryRank(LightningCallback):
             if len({r[key] for r in every}) > 1:
                 raise ValueError(f"the ranks disagree on {key}: " + ", ".join(
                     f"rank {i} {r[key]}" for i, r in enumerate(every)) + f"; set {key} alike for every rank")
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and len(every) > 1:
             log.info(f"{len(every)} ranks agree: run_name {self.run_name}, trainer.precision {trainer.precision}")
         dm, k = trainer.datamodule, trainer.accumulate_grad_batches
         windows = dm.batch_size * trainer.world_size * k
