@@ -104,6 +104,19 @@ def test_validation_interval_counts_optimizer_steps_under_accumulation(train_cfg
     assert "validation every 5 optimizer steps = every 10 batches (trainer.accumulate_grad_batches=2)" in caplog.text
 
 
+def test_a_run_shorter_than_the_validation_interval_still_ends_with_a_validation(train_cfg, monkeypatch, caplog):
+    from model.training.lit import LitGPT
+
+    validated, end = [], LitGPT.on_validation_epoch_end
+    monkeypatch.setattr(LitGPT, "on_validation_epoch_end", lambda lit: (validated.append(lit.global_step), end(lit)))
+    cfg = train_cfg("trainer.max_steps=6", "trainer.val_check_interval=550", "logger=none", "~callbacks.samples",
+                    "~callbacks.attention_maps", "~callbacks.evaluation", "~callbacks.head_effects")
+    with caplog.at_level("INFO"):
+        metrics = train_script.train(cfg)
+    assert validated == [6] and metrics["val/bpc"] > 0
+    assert "validation at the last step: trainer.val_check_interval=550 is past trainer.max_steps=6" in caplog.text
+
+
 def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     cfg, _, tmp_path = trained
     ckpt = tmp_path / "checkpoints" / "test" / "last.ckpt"

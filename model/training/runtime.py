@@ -216,10 +216,15 @@ def check_accelerator(accelerator: str) -> None:
 
 def val_check_in_batches(trainer_cfg: DictConfig) -> None:
     """`trainer.val_check_interval` (an int) counts optimizer steps; Lightning counts batches, so
-    under `accumulate_grad_batches=k` it is multiplied by k in place, with a log line. A float
-    (a fraction of an epoch) is left alone."""
+    under `accumulate_grad_batches=k` it is multiplied by k in place, with a log line. An interval
+    past `trainer.max_steps` becomes max_steps (a short run still ends with a validation and a
+    `val/bpc`), with a log line. A float (a fraction of an epoch) is left alone."""
     k = trainer_cfg.get("accumulate_grad_batches", 1)
-    interval = trainer_cfg.get("val_check_interval")
+    interval, max_steps = trainer_cfg.get("val_check_interval"), trainer_cfg.get("max_steps") or -1
+    if isinstance(interval, int) and 0 < max_steps < interval:
+        log.info(f"validation at the last step: trainer.val_check_interval={interval} is past "
+                 f"trainer.max_steps={max_steps}")
+        trainer_cfg.val_check_interval = interval = max_steps
     if k > 1 and isinstance(interval, int):
         trainer_cfg.val_check_interval = interval * k
         log.info(f"validation every {interval} optimizer steps = every {interval * k} batches "
