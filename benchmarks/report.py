@@ -306,6 +306,30 @@ def data_constrained(res: dict) -> str:
     return "\n\n".join(parts)
 
 
+def poet_levers(res: dict) -> str:
+    """Levers toward the poets' rhyme, forms and diversity, from benchmarks/poet_levers.py's JSON."""
+    from benchmarks.poet_levers import LEVERS, SEEDS
+    from benchmarks.poet_levers import table as levers_table
+
+    title = "## Toward the poets' poems: levers"
+    r = res.get("poet-levers-cpu")
+    if r is None:
+        return f"{title}\n\nNot yet measured: `python benchmarks/poet_levers.py` writes `poet-levers-cpu.json`."
+    human = next(iter(r["runs"].values()))["seeds"][str(SEEDS[0])]["human (held-out)"]
+    missing = [name for name in LEVERS if name not in r["runs"]]
+    parts = [title, "`python benchmarks/poet_levers.py`: each lever trained at the default's steps (no end-of-run "
+                    "callbacks), then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
+                    + ", ".join(map(str, SEEDS)) + " and both `val/bpc` protocols (the poems, and nanoGPT's "
+                    "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
+                    "and the seeds; the 七律 share is the free poems' mean over the seeds (held-out poets: "
+                    f"{human['qilv']:.1%}; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, "
+                    f"distinct-2 {human['distinct_2']:.3f}).",
+             machine_line("poet-levers-cpu", r.get("machine")), levers_table(r)]
+    if missing:
+        parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
+    return "\n\n".join(parts)
+
+
 def gpu_recipe(res: dict) -> str:
     """`experiment=small_gpu` sized on paper: benchmarks/gpu_recipe.py's JSON, with its arithmetic."""
     title = "## The GPU recipe, on paper"
@@ -527,7 +551,7 @@ def pending(name: str, command: str) -> str:
 
 
 SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
-            attention_maps, ablation, rhyme_levers, data_constrained, gpu_recipe, gpu)
+            attention_maps, ablation, rhyme_levers, poet_levers, data_constrained, gpu_recipe, gpu)
 
 
 def results_page(res: dict) -> str:
