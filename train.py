@@ -74,6 +74,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
         warnings.filterwarnings("ignore", message="The dirpath has changed from")
         saved = load_checkpoint(ckpt_path)
+        log.info(f"resuming from {ckpt_path} (step {saved.get('global_step')})")
         check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)
         check_same_workers(saved, cfg.data.num_workers, ckpt_path)
     run_dir = Path(cfg.paths.checkpoint_dir) / cfg.run_name

@@ -298,7 +298,7 @@ def data_constrained(res: dict) -> str:
                     "the validation nearest each number of epochs (tokens seen ÷ unique training tokens). Runs: "
                     "`tang` the Tang subset; `-dropout` with `model.dropout=0.1` (attention weights, residual "
                     "branches, embeddings); `-attn-dropout` with dropout 0.1 on the attention weights only; "
-                    "`tang+song` a subset of the same size from both corpora' training splits; `tang-wide-dropout` "
+                    "`tang+song` a subset of the same size from the training splits of both corpora; `tang-wide-dropout` "
                     "the `tiny` shape with `n_embd` 192 (four times the block parameters) and dropout 0.1.",
              machine_line("data-constrained-cpu", d.get("machine")), epochs_table(d)]
     if missing:

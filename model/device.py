@@ -22,7 +22,8 @@ def describe(device: str = "cpu") -> str:
                      if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} threads), torch {torch.__version__}"
+    threads = torch.get_num_threads()
+    return f"{model} ({os.cpu_count()} cores, {threads} thread{'s' * (threads != 1)}), torch {torch.__version__}"
 
 
 def commit() -> str | None:

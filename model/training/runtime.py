@@ -107,8 +107,9 @@ class RefuseTakenRunName(Callback):
         for folder in folders:
             if folder.exists():
                 again = "launch again with another --rdzv-id (or run_name=)" if launch else "choose another run_name"
+                resume = f", or continue that run with ckpt_path={checkpoints}" if any(checkpoints.glob("*.ckpt")) else ""
                 raise SystemExit(f"error: run_name={name} is taken: {folder} exists (another run's record, left "
-                                 f"unchanged); {again}, or continue that run with ckpt_path={checkpoints}")
+                                 f"unchanged); {again}{resume}")
 
 
 class OneRunOnEveryRank(LightningCallback):
@@ -139,9 +140,10 @@ class OneRunOnEveryRank(LightningCallback):
         dm, k = trainer.datamodule, trainer.accumulate_grad_batches
         windows = dm.batch_size * trainer.world_size * k
         if trainer.is_global_zero:
+            devices, nodes = trainer.num_devices, trainer.num_nodes
             log.info(f"global batch: {windows} windows, {windows * dm.block_size} tokens per optimizer step "
-                     f"(data.batch_size={dm.batch_size} × {trainer.num_devices} devices × {trainer.num_nodes} "
-                     f"nodes × {k} accumulated)")
+                     f"(data.batch_size={dm.batch_size} × {devices} device{'s' * (devices != 1)} × {nodes} "
+                     f"node{'s' * (nodes != 1)} × {k} accumulated)")
             for lg in trainer.loggers:
                 lg.log_hyperparams({"global_batch": windows, "global_batch_tokens": windows * dm.block_size})
 
@@ -211,7 +213,7 @@ def check_accelerator(accelerator: str) -> None:
     before Lightning's own multi-line error and before any data work."""
     if str(accelerator) in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ValueError(f"trainer.accelerator={accelerator} but there is no CUDA GPU here; on the CPU add "
-                         "trainer.accelerator=cpu (e.g. trainer=ddp trainer.accelerator=cpu)")
+                         "trainer.accelerator=cpu")
 
 
 def val_check_in_batches(trainer_cfg: DictConfig) -> None:
