@@ -80,18 +80,22 @@ def summary(r: dict) -> dict:
             "form_rhyme": {f: min(s[f]["rhyme_regulated"] for s in seeds) for f in FORMS},
             "mix": {k: sum(f[k] for f in free) / len(free) for k in (*FORMS, "other")},
             "distinct_2": sum(f["distinct_2"] for f in free) / len(free),
+            **{k: sum(f[k] for f in free) / len(free) for k in ("regulated", "alternation", "nian", "dui")},
             "poems_bpc": r["val"]["poems"]["val_bpc"], "blocks_bpc": r["val"]["blocks"]["val_bpc"]}
 
 
 def table(result: dict) -> str:
     """Markdown: one row per lever (free rhyme/regulated at each seed, the least form-alone rhyme,
-    the share of 七律, distinct-2, val/bpc poems and 64-token blocks)."""
+    the share of 七律, distinct-2, regulated, alternation / 黏 / 对 of the free poems (means over
+    the seeds), val/bpc poems and 64-token blocks)."""
     lines = ["| lever | free rhy/reg " + " / ".join(map(str, SEEDS)) + " | least form-alone rhy/reg | 七律 share "
-             "| distinct-2 | val/bpc poems | val/bpc blocks |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| distinct-2 | regulated | alt / 黏 / 对 | val/bpc poems | val/bpc blocks |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["runs"].items():
         s = summary(r)
         lines.append(f"| {name} | " + " / ".join(f"{v:.1%}" for v in s["free_rhyme"])
                      + f" | {min(s['form_rhyme'].values()):.1%} | {s['mix']['qilv']:.1%} | {s['distinct_2']:.3f} "
+                       f"| {s['regulated']:.1%} | {s['alternation']:.1%} / {s['nian']:.1%} / {s['dui']:.1%} "
                        f"| {s['poems_bpc']:.3f} | {s['blocks_bpc']:.3f} |")
     return "\n".join(lines)
 

@@ -323,7 +323,8 @@ def poet_levers(res: dict) -> str:
                     "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
                     "and the seeds; the 七律 share is the free poems' mean over the seeds (held-out poets: "
                     f"{human['qilv']:.1%}; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, "
-                    f"distinct-2 {human['distinct_2']:.3f}).",
+                    f"distinct-2 {human['distinct_2']:.3f}, regulated {human['regulated']:.1%}, alternation / 黏 / 对 "
+                    f"{human['alternation']:.1%} / {human['nian']:.1%} / {human['dui']:.1%}).",
              machine_line("poet-levers-cpu", r.get("machine")), levers_table(r)]
     if missing:
         parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")

@@ -1,0 +1,22 @@
+"""benchmarks/poet_levers.py reads what issue 27 asks of a lever from evaluate.py's rows: free rhyme
+at each seed, the least form-alone rhyme over forms and seeds, means of the free poems' mix."""
+import pytest
+
+from benchmarks.poet_levers import FORMS, SEEDS, summary, table
+
+
+def rows(free_rhyme: float, form_rhyme: float, qilv: float) -> dict:
+    free = {"rhyme_regulated": free_rhyme, "wujue": 0.2, "qijue": 0.2, "wulv": 0.3, "qilv": qilv, "other": 0.3 - qilv,
+            "distinct_2": 0.8, "regulated": 0.9, "alternation": 0.9, "nian": 0.8, "dui": 0.85}
+    return {"free": free, **{f: {"rhyme_regulated": form_rhyme} for f in FORMS}}
+
+
+def test_a_levers_summary_keeps_every_seed_and_the_least_form_alone_rhyme():
+    run = {"seeds": {str(s): rows(0.8 + i / 100, 0.7 - i / 100, 0.03 * (i + 1)) for i, s in enumerate(SEEDS)},
+           "val": {"poems": {"val_bpc": 6.75}, "blocks": {"val_bpc": 7.13}}}
+    s = summary(run)
+    assert s["free_rhyme"] == pytest.approx([0.8, 0.81, 0.82])
+    assert s["form_rhyme"] == {f: pytest.approx(0.68) for f in FORMS}  # the least over the seeds
+    assert s["mix"]["qilv"] == pytest.approx(0.06) and s["distinct_2"] == pytest.approx(0.8)
+    line = table({"runs": {"x": run}}).splitlines()[-1]
+    assert line.startswith("| x | 80.0% / 81.0% / 82.0% | 68.0% | 6.0% | 0.800 | 90.0% | 90.0% / 80.0% / 85.0% |")
