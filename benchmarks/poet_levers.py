@@ -37,6 +37,9 @@ LEVERS = {
     "rhyme-slots-0.1": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
     "rhyme-slots-0.3": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.3"],
     "mid-poem-0.25": ["+data.mid_poem_fraction=0.25", "+model.struct_recover=true"],
+    "mid-poem-0.5": ["+data.mid_poem_fraction=0.5", "+model.struct_recover=true"],
+    "mid-poem-0.25+rhyme-slots-0.1": ["+data.mid_poem_fraction=0.25", "+model.struct_recover=true",
+                                      "+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
 }
 """Lever name → train.py overrides. `rhyme-slots-w`: the auxiliary rhyme loss (weight w) on the even
 lines' last characters only (`model.rhyme_loss_at`), not on every line end. `mid-poem-f`: a share f
