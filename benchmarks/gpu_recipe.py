@@ -94,6 +94,7 @@ def expected_seconds(r: dict, mfu: float, peak_tflops: float = PEAK_TFLOPS["H200
 
 
 def recipe() -> dict:
+    """`measure()` with the machine, tokens seen, epochs, the study's limit and H200 seconds per MFU."""
     r = {"machine": describe("cpu"), "commit": commit(), **measure()}
     r["tokens_seen"] = r["steps"] * r["batch"] * r["block_size"]
     r["epochs"] = round(r["tokens_seen"] / r["unique_tokens"], 2)

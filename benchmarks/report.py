@@ -280,30 +280,39 @@ def mfu(res: dict, device: str = "cpu") -> str:
     )
 
 
+def resumable_study(res: dict, title: str, name: str, script: str, planned, intro, show) -> str:
+    """The section of a study its script runs a few runs at a time: `intro(result)`, the machine and
+    `show(result)`, and the runs of `planned` not yet in the JSON (or "Not yet measured")."""
+    r = res.get(name)
+    if r is None:
+        return f"{title}\n\nNot yet measured: `python {script}` writes `{name}.json`."
+    parts = [title, intro(r), machine_line(name, r.get("machine")), show(r)]
+    if missing := [run for run in planned if run not in r["runs"]]:
+        parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
+    return "\n\n".join(parts)
+
+
 def data_constrained(res: dict) -> str:
     """Tang val/bpc against epochs of a repeated subset, from benchmarks/data_constrained.py's JSON."""
     from benchmarks.data_constrained import RUNS
     from benchmarks.data_constrained import table as epochs_table
 
-    title = "## Repeating the data"
-    d = res.get("data-constrained-cpu")
-    if d is None:
-        return f"{title}\n\nNot yet measured: `python benchmarks/data_constrained.py` writes `data-constrained-cpu.json`."
-    st, missing = d["settings"], [name for name in RUNS if name not in d["runs"]]
-    tokens = st["steps"] * 32 * 72
-    parts = [title, f"`python benchmarks/data_constrained.py`: the default `tiny` model for {n(st['steps'])} steps "
-                    f"(batch 32 × block 72, {n(tokens)} tokens) on whole poems drawn at random up to "
-                    f"{n(st['subset_tokens'])} tokens, so the set is seen about {tokens / st['subset_tokens']:.0f} "
-                    f"times; Tang `val/bpc` on the whole Tang validation split every {n(st['every'])} steps, read at "
-                    "the validation nearest each number of epochs (tokens seen ÷ unique training tokens). Runs: "
-                    "`tang` the Tang subset; `-dropout` with `model.dropout=0.1` (attention weights, residual "
-                    "branches, embeddings); `-attn-dropout` with dropout 0.1 on the attention weights only; "
-                    "`tang+song` a subset of the same size from the training splits of both corpora; `tang-wide-dropout` "
-                    "the `tiny` shape with `n_embd` 192 (four times the block parameters) and dropout 0.1.",
-             machine_line("data-constrained-cpu", d.get("machine")), epochs_table(d)]
-    if missing:
-        parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
-    return "\n\n".join(parts)
+    def intro(d: dict) -> str:
+        st = d["settings"]
+        tokens = st["steps"] * 32 * 72
+        return (f"`python benchmarks/data_constrained.py`: the default `tiny` model for {n(st['steps'])} steps "
+                f"(batch 32 × block 72, {n(tokens)} tokens) on whole poems drawn at random up to "
+                f"{n(st['subset_tokens'])} tokens, so the set is seen about {tokens / st['subset_tokens']:.0f} "
+                f"times; Tang `val/bpc` on the whole Tang validation split every {n(st['every'])} steps, read at "
+                "the validation nearest each number of epochs (tokens seen ÷ unique training tokens). Runs: "
+                "`tang` the Tang subset; `-dropout` with `model.dropout=0.1` (attention weights, residual "
+                "branches, embeddings); `-attn-dropout` with dropout 0.1 on the attention weights only; "
+                "`tang+song` a subset of the same size from the training splits of both corpora; "
+                "`tang-wide-dropout` the `tiny` shape with `n_embd` 192 (four times the block parameters) and "
+                "dropout 0.1.")
+
+    return resumable_study(res, "## Repeating the data", "data-constrained-cpu", "benchmarks/data_constrained.py",
+                           RUNS, intro, epochs_table)
 
 
 def poet_levers(res: dict) -> str:
@@ -311,24 +320,19 @@ def poet_levers(res: dict) -> str:
     from benchmarks.poet_levers import LEVERS, SEEDS
     from benchmarks.poet_levers import table as levers_table
 
-    title = "## Toward the poets' poems: levers"
-    r = res.get("poet-levers-cpu")
-    if r is None:
-        return f"{title}\n\nNot yet measured: `python benchmarks/poet_levers.py` writes `poet-levers-cpu.json`."
-    human = next(iter(r["runs"].values()))["seeds"][str(SEEDS[0])]["human (held-out)"]
-    missing = [name for name in LEVERS if name not in r["runs"]]
-    parts = [title, "`python benchmarks/poet_levers.py`: each lever trained at the default's steps (no end-of-run "
-                    "callbacks), then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
-                    + ", ".join(map(str, SEEDS)) + " and both `val/bpc` protocols (the poems, and nanoGPT's "
-                    "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
-                    "and the seeds; the 七律 share is the free poems' mean over the seeds (held-out poets: "
-                    f"{human['qilv']:.1%}; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, "
-                    f"distinct-2 {human['distinct_2']:.3f}, regulated {human['regulated']:.1%}, alternation / 黏 / 对 "
-                    f"{human['alternation']:.1%} / {human['nian']:.1%} / {human['dui']:.1%}).",
-             machine_line("poet-levers-cpu", r.get("machine")), levers_table(r)]
-    if missing:
-        parts.append("Not yet run: " + ", ".join(f"`{m}`" for m in missing) + " (the script runs what is missing).")
-    return "\n\n".join(parts)
+    def intro(r: dict) -> str:
+        human = next(iter(r["runs"].values()))["seeds"][str(SEEDS[0])]["human (held-out)"]
+        return ("`python benchmarks/poet_levers.py`: each lever trained at the default's steps (no end-of-run "
+                "callbacks), then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
+                + ", ".join(map(str, SEEDS)) + " and both `val/bpc` protocols (the poems, and nanoGPT's "
+                "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
+                "and the seeds; the 七律 share is the free poems' mean over the seeds (held-out poets: "
+                f"{human['qilv']:.1%}; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, "
+                f"distinct-2 {human['distinct_2']:.3f}, regulated {human['regulated']:.1%}, alternation / 黏 / 对 "
+                f"{human['alternation']:.1%} / {human['nian']:.1%} / {human['dui']:.1%}).")
+
+    return resumable_study(res, "## Toward the poets' poems: levers", "poet-levers-cpu", "benchmarks/poet_levers.py",
+                           LEVERS, intro, levers_table)
 
 
 def gpu_recipe(res: dict) -> str:
