@@ -144,3 +144,13 @@ def test_compile_falls_back_to_eager_with_a_line(monkeypatch):
     said, module = [], torch.nn.Linear(2, 2)
     assert not compile_or_eager(module, said.append)
     assert said == ["compile: unavailable here (RuntimeError: no C++ compiler found); running eagerly"]
+
+
+def test_a_gpu_accelerator_without_a_gpu_is_one_line_before_any_work(monkeypatch):
+    from model.training.runtime import check_accelerator
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="^trainer.accelerator=gpu but there is no CUDA GPU here; on the CPU add "
+                                         "trainer.accelerator=cpu$"):
+        check_accelerator("gpu")
+    check_accelerator("cpu")  # no error
+    check_accelerator("auto")
