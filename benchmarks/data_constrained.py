@@ -8,7 +8,8 @@ recipe from.
     python benchmarks/data_constrained.py                  # every run not yet in the JSON
     python benchmarks/data_constrained.py --only tang tang-dropout --force
 
-Each run is `python train.py` (the default tiny model, `trainer.max_steps` steps, no per-validation
+Each run is `python train.py` (the tiny model as the default was when the study ran: `MODEL`;
+`trainer.max_steps` steps, no per-validation
 callbacks, CSV logger) on whole poems drawn at random up to `--subset-tokens` tokens
 (`data.train_subset_tokens`), validated on the whole Tang validation split every `--every`
 steps. Writes `benchmarks/results/data-constrained-cpu.json` after each run (runs already there
@@ -33,6 +34,8 @@ from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "data-constrained-cpu.json"
+MODEL = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0"]
+"""Overrides that give the default of the study's time (before benchmarks/poet_levers.py's levers landed)."""
 RUNS = {  # name → train.py overrides beside the subset and the schedule
     "tang": [],
     "tang-dropout": ["model.dropout=0.1"],
@@ -72,7 +75,7 @@ def run(name: str, overrides: list[str], steps: int, every: int, subset: int) ->
     for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
         shutil.rmtree(old, ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "train.py"), f"run_name={run_name}", f"trainer.max_steps={steps}",
-           f"trainer.val_check_interval={every}", f"+data.train_subset_tokens={subset}", *QUIET, *overrides]
+           f"trainer.val_check_interval={every}", f"+data.train_subset_tokens={subset}", *QUIET, *MODEL, *overrides]
     print("$", " ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -5,6 +5,9 @@ distinct-2, and `val/bpc` on both protocols (the poems and nanoGPT's 64-token wi
     python benchmarks/poet_levers.py                       # every lever not yet in the JSON
     python benchmarks/poet_levers.py --only default rhyme-slots-0.1 --force
 
+Every lever but `default` is set on top of the default before they landed (`PREVIOUS`, sampled
+with `PREVIOUS_SAMPLING`), so each figure stays reproducible as the default moves.
+
 Each lever: `python train.py` with its overrides (the CSV logger, no per-validation or end-of-run
 callbacks: `benchmarks/train_run.QUIET`; the default's `trainer.max_steps`, so the same schedule),
 then `evaluate.py sets=[free,form]` (300 poems a set) at each of SEEDS, and `val/bpc` by
@@ -32,34 +35,44 @@ from model.device import describe as machine  # noqa: E402
 from model.loading import load_engine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "poet-levers-cpu.json"
+PREVIOUS = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0"]
+"""The default before issue 27's levers landed: every lever is these overrides, then its own."""
+PREVIOUS_SAMPLING = ["temperature=0.8", "top_p=null"]
+"""evaluate.py's sampling before the default became temperature 1.0, top_p 0.9 (top_k 200 in both)."""
+SLOTS_01 = ["model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"]
+MID_025 = ["data.mid_poem_fraction=0.25", "model.struct_recover=true"]
 LEVERS = {
-    "default": [],
-    "rhyme-slots-0.1": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
-    "rhyme-slots-0.3": ["+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.3"],
-    "mid-poem-0.25": ["+data.mid_poem_fraction=0.25", "+model.struct_recover=true"],
-    "mid-poem-0.5": ["+data.mid_poem_fraction=0.5", "+model.struct_recover=true"],
-    "mid-poem-0.25+rhyme-slots-0.1": ["+data.mid_poem_fraction=0.25", "+model.struct_recover=true",
-                                      "+model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.1"],
+    "previous-default": (PREVIOUS, PREVIOUS_SAMPLING),
+    "rhyme-slots-0.1": ([*PREVIOUS, *SLOTS_01], PREVIOUS_SAMPLING),
+    "rhyme-slots-0.3": ([*PREVIOUS, "model.rhyme_loss_at=rhyme_slots", "model.rhyme_loss_weight=0.3"],
+                        PREVIOUS_SAMPLING),
+    "mid-poem-0.25": ([*PREVIOUS, *MID_025], PREVIOUS_SAMPLING),
+    "mid-poem-0.5": ([*PREVIOUS, "data.mid_poem_fraction=0.5", "model.struct_recover=true"], PREVIOUS_SAMPLING),
+    "mid-poem-0.25+rhyme-slots-0.1": ([*PREVIOUS, *MID_025, *SLOTS_01], PREVIOUS_SAMPLING),
+    "default": ([], []),
 }
-"""Lever name → train.py overrides. `rhyme-slots-w`: the auxiliary rhyme loss (weight w) on the even
-lines' last characters only (`model.rhyme_loss_at`), not on every line end. `mid-poem-f`: a share f
-of training windows starts at a random offset (`data.mid_poem_fraction`), with the structure inputs
-read from the marks where the poem's start is out of sight (`model.struct_recover`)."""
+"""Lever name → (train.py overrides, evaluate.py sampling overrides). `rhyme-slots-w`: the auxiliary
+rhyme loss (weight w) on the even lines' last characters only (`model.rhyme_loss_at`), not on every
+line end. `mid-poem-f`: a share f of training windows starts at a random offset
+(`data.mid_poem_fraction`), with the structure inputs read from the marks where the poem's start is
+out of sight (`model.struct_recover`). `default`: today's (mid-poem 0.25 with rhyme slots 0.1,
+sampled at temperature 1.0, top_p 0.9)."""
 SEEDS = (1337, 1, 2)
 FORMS = ("wujue", "qijue", "wulv", "qilv")
 KEPT = ("regulated", "rhyme_regulated", *FORMS, "other", "alternation", "nian", "dui", "copy", "distinct_2")
 """The evaluate.py columns kept per sample set."""
 
 
-def evaluate(ckpt: Path, seed: int, out_dir: Path) -> dict:
-    """evaluate.py's free and form-only rows of a checkpoint at `seed` (and the human row): {row: {KEPT}}."""
+def evaluate(ckpt: Path, seed: int, out_dir: Path, sampling: list[str]) -> dict:
+    """evaluate.py's free and form-only rows of a checkpoint at `seed` with the `sampling` overrides
+    (and the human row): {row: {KEPT}}."""
     subprocess.run([sys.executable, str(ROOT / "evaluate.py"), f"ckpt_path={ckpt}", "sets=[free,form]", f"seed={seed}",
-                    "val_bpc=false", f"out_dir={out_dir}"], check=True, stdout=subprocess.DEVNULL)
+                    "val_bpc=false", f"out_dir={out_dir}", *sampling], check=True, stdout=subprocess.DEVNULL)
     rows = json.loads((out_dir / "evaluate.json").read_text())["rows"]
     return {name: {k: round(row[k], 4) for k in KEPT if row.get(k) is not None} for name, row in rows.items()}
 
 
-def run(name: str, overrides: list[str]) -> dict:
+def run(name: str, overrides: list[str], sampling: list[str]) -> dict:
     """Train one lever (folders `bench-pl-<name>`, replaced), evaluate it at every seed, score it."""
     run_name = f"bench-pl-{name}"
     for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
@@ -70,8 +83,9 @@ def run(name: str, overrides: list[str]) -> dict:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
-    seeds = {str(s): evaluate(ckpt, s, ROOT / "logs" / run_name / f"evaluate-{s}") for s in SEEDS}
-    return {"overrides": overrides, "wall_seconds": round(wall, 1), "seeds": seeds, "val": score(load_engine(ckpt))}
+    seeds = {str(s): evaluate(ckpt, s, ROOT / "logs" / run_name / f"evaluate-{s}", sampling) for s in SEEDS}
+    return {"overrides": overrides, "sampling": sampling, "wall_seconds": round(wall, 1), "seeds": seeds,
+            "val": score(load_engine(ckpt))}
 
 
 def summary(r: dict) -> dict:
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.only or LEVERS:
         if name in result["runs"] and not args.force:
             continue
-        result["runs"][name] = run(name, LEVERS[name])
+        result["runs"][name] = run(name, *LEVERS[name])
         OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False))
         print(table(result), flush=True)
     print(f"{result['machine']}\n\n{table(result)}\n\nwrote {OUT}")

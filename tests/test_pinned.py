@@ -64,11 +64,11 @@ def figures(lit: LitGPT, dm: PoetryDataModule | None) -> dict:
     out = {"logits_sum": logits.double().sum().item(), "logits_head": logits[0, :, :6].tolist(),
            "logits_last": logits[0, -1].topk(5).indices.tolist(), "nats": nats[0].tolist(), "loss": loss.item(),
            "maps": maps[:, 0].sum(-2).tolist()}
-    opts = dict(num_samples=3, max_new_tokens=40, seed=5, temperature=1.0, top_k=None)
+    opts = dict(num_samples=3, max_new_tokens=40, seed=5, temperature=1.0, top_k=None, top_p=None)
     out["samples_cached"] = sample_poems(engine, SamplingOptions(**opts))
     out["samples_uncached"] = sample_poems(engine, SamplingOptions(**opts, use_cache=False))
     out["samples_wujue"] = sample_poems(engine, SamplingOptions(**opts, form="wujue", rhyme=True))
-    _, steps = poem_steps(engine, SamplingOptions(num_samples=1, max_new_tokens=30, seed=2), attention_rows=True)
+    _, steps = poem_steps(engine, SamplingOptions(num_samples=1, max_new_tokens=30, seed=2, temperature=0.8, top_p=None), attention_rows=True)
     rows = [[r[0].tolist() for r in s.attention_rows] for s in steps]  # per step, per layer: (n_head, L)
     out["rows"] = [[[sum(h) for h in layer] for layer in step] for step in rows]
     out["rows_first_last"] = [rows[0], rows[-1]]

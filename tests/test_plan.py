@@ -191,7 +191,7 @@ def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem
     assert (rows[:, 1] == ids.forms["wujue"]).all() and set(rows[:, 2].tolist()) <= set(ids.rhymes.values())
     start = torch.tensor([[tok.bos_id, ids.forms["wujue"]]] * 20)
     gen = torch.Generator().manual_seed(3)
-    steps = lit.engine.stream(start, 30, sampler(0.8, 200, None, gen), tok.eos_id, True,
+    steps = lit.engine.stream(start, 30, sampler(opts.temperature, opts.top_k, opts.top_p, gen), tok.eos_id, True,
                               [poem_boundaries(tok), plan_grammar(tok, real_rhymes=True)])
     assert torch.equal(rows, torch.cat([start, *steps], dim=1))  # only the poem rules and the plan grammar
     assert sum(form_of(p) == "wujue" for p in sample_poems(lit.engine, opts)) < 5  # untrained: the plan alone is no form

@@ -70,7 +70,7 @@ def assert_same_run(uninterrupted, batches: dict, last_ckpt) -> None:
     assert sorted(batches) == list(range(20))
     assert all(torch.equal(batches[step], uninterrupted.batches[step]) for step in range(20))
     got, final = weights(last_ckpt), uninterrupted.weights
-    assert max((got[k] - final[k]).abs().max().item() for k in final) <= 1e-6
+    assert max((got[k].double() - final[k].double()).abs().max().item() for k in final) <= 1e-6
 
 
 def test_sigterm_after_10_steps_then_resume_gives_the_uninterrupted_run(uninterrupted, tmp_path, monkeypatch):

@@ -153,7 +153,7 @@ def test_sample_script_writes_jsonl_with_the_settings(trained):
     poems = sample_script.sample(sample_cfg(trained, form="wujue", num_samples=3, format="jsonl", seed=7), out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["poem"] for r in records] == poems and [r["index"] for r in records] == [0, 1, 2]
-    assert all(r["seed"] == 7 and r["form"] == "wujue" and r["top_p"] is None and r["device"] == "cpu" for r in records)
+    assert all(r["seed"] == 7 and r["form"] == "wujue" and r["top_p"] == 0.9 and r["device"] == "cpu" for r in records)
     out = io.StringIO()
     cfg = sample_cfg(trained, num_samples=1, format="jsonl", ckpt_path=None,
                      paths={"checkpoint_dir": str(trained[2] / "checkpoints")})

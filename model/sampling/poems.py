@@ -46,9 +46,9 @@ class SamplingOptions:
     prompt: str = ""
     num_samples: int = 1
     max_new_tokens: int = 200
-    temperature: float = 0.8
+    temperature: float = 1.0
     top_k: int | None = 200
-    top_p: float | None = None
+    top_p: float | None = 0.9
     seed: int = 1337
     form: str | None = None
     acrostic: str = ""
