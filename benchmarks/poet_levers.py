@@ -4,6 +4,7 @@ distinct-2, and `val/bpc` on both protocols (the poems and nanoGPT's 64-token wi
 
     python benchmarks/poet_levers.py                       # every lever not yet in the JSON
     python benchmarks/poet_levers.py --only default rhyme-slots-0.1 --force
+    python benchmarks/poet_levers.py --only default --default-checkpoint checkpoints/bench-fixed-time-default/last.ckpt
 
 Every lever but `default` is set on top of the default before they landed (`PREVIOUS`, sampled
 with `PREVIOUS_SAMPLING`), so each figure stays reproducible as the default moves.
@@ -33,6 +34,7 @@ from benchmarks.train_run import QUIET  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 from model.loading import load_engine  # noqa: E402
+from model.training.runtime import default_config_sha  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "poet-levers-cpu.json"
 PREVIOUS = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0"]
@@ -82,10 +84,25 @@ def run(name: str, overrides: list[str], sampling: list[str]) -> dict:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
-    ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
-    seeds = {str(s): evaluate(ckpt, s, ROOT / "logs" / run_name / f"evaluate-{s}", sampling) for s in SEEDS}
-    return {"overrides": overrides, "sampling": sampling, "wall_seconds": round(wall, 1), "seeds": seeds,
-            "val": score(load_engine(ckpt))}
+    return {"overrides": overrides, "sampling": sampling, "wall_seconds": round(wall, 1),
+            **measure(ROOT / "checkpoints" / run_name / "last.ckpt", sampling, ROOT / "logs" / run_name)}
+
+
+def measure(ckpt: Path, sampling: list[str], log_dir: Path) -> dict:
+    """A checkpoint evaluated at every seed (JSON under log_dir/evaluate-<seed>) and scored: {"seeds", "val"}."""
+    seeds = {str(s): evaluate(ckpt, s, log_dir / f"evaluate-{s}", sampling) for s in SEEDS}
+    return {"seeds": seeds, "val": score(load_engine(ckpt))}
+
+
+def default_run(ckpt: Path) -> dict:
+    """The `default` lever from a run of today's default that exists (e.g. the fixed-time benchmark's)
+    instead of training it again. raises SystemExit unless the checkpoint's config_sha is the default's."""
+    engine = load_engine(ckpt)
+    if engine.config_sha != (sha := default_config_sha()):
+        raise SystemExit(f"error: {ckpt} was not trained with today's default (config_sha "
+                         f"{str(engine.config_sha)[:12]}, the default's {sha[:12]}); train it with --only default")
+    return {"overrides": [], "sampling": [], "wall_seconds": None, "checkpoint": str(ckpt.relative_to(ROOT)),
+            **measure(ckpt, [], ROOT / "logs" / "bench-pl-default")}
 
 
 def summary(r: dict) -> dict:
@@ -121,13 +138,16 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", nargs="*", default=None, choices=list(LEVERS), help="these levers only")
     p.add_argument("--force", action="store_true", help="run again what the JSON already has")
+    p.add_argument("--default-checkpoint", type=Path, default=None,
+                   help="measure this checkpoint of today's default as `default` instead of training it")
     args = p.parse_args(argv)
     result = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
     result.update(machine=machine(), commit=commit(), seeds=list(SEEDS))
     for name in args.only or LEVERS:
         if name in result["runs"] and not args.force:
             continue
-        result["runs"][name] = run(name, *LEVERS[name])
+        result["runs"][name] = default_run(args.default_checkpoint.resolve()) \
+            if name == "default" and args.default_checkpoint else run(name, *LEVERS[name])
         OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False))
         print(table(result), flush=True)
     print(f"{result['machine']}\n\n{table(result)}\n\nwrote {OUT}")

@@ -43,3 +43,19 @@ def test_config_groups(overrides, expected):
     cfg = compose_train(*overrides)
     for key, value in expected.items():
         assert OmegaConf.select(cfg, key) == value, key
+
+
+def test_every_entry_point_samples_with_the_same_defaults():
+    """sample.py, evaluate.py and the end-of-run evaluation draw poems as SamplingOptions does by default."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from model.sampling.poems import SamplingOptions
+
+    defaults = SamplingOptions()
+    want = {k: getattr(defaults, k) for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed")}
+    assert want["temperature"] == 1.0 and want["top_p"] == 0.9 and want["top_k"] == 200
+    for cfg in (OmegaConf.load(ROOT / "conf" / "sample.yaml"), OmegaConf.load(ROOT / "conf" / "evaluate.yaml")):
+        assert {k: cfg[k] for k in want} == want
+    logger = instantiate(compose_train().callbacks.evaluation)  # PoemEvaluationLogger
+    assert {k: getattr(logger.options, k) for k in want} == want

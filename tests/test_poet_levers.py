@@ -20,3 +20,21 @@ def test_a_levers_summary_keeps_every_seed_and_the_least_form_alone_rhyme():
     assert s["mix"]["qilv"] == pytest.approx(0.06) and s["distinct_2"] == pytest.approx(0.8)
     line = table({"runs": {"x": run}}).splitlines()[-1]
     assert line.startswith("| x | 80.0% / 81.0% / 82.0% | 68.0% | 6.0% | 0.800 | 90.0% | 90.0% / 80.0% / 85.0% |")
+
+
+def test_a_checkpoint_of_another_config_is_refused_as_the_default(monkeypatch, tmp_path):
+    import benchmarks.poet_levers as pl
+
+    monkeypatch.setattr(pl, "load_engine", lambda path: type("E", (), {"config_sha": "0" * 64})())
+    monkeypatch.setattr(pl, "measure", lambda *a: pytest.fail("measured a checkpoint of another config"))
+    with pytest.raises(SystemExit, match=r"was not trained with today's default \(config_sha 000000000000, the default's"):
+        pl.default_run(tmp_path / "last.ckpt")
+
+
+def test_every_lever_but_the_default_starts_from_the_previous_default():
+    from benchmarks.poet_levers import LEVERS, PREVIOUS, PREVIOUS_SAMPLING
+
+    assert LEVERS["default"] == ([], [])
+    for name, (overrides, sampling) in LEVERS.items():
+        if name != "default":
+            assert overrides[: len(PREVIOUS)] == PREVIOUS and sampling == PREVIOUS_SAMPLING, name
