@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.train_run import QUIET  # noqa: E402
+from benchmarks.train_run import PREVIOUS_DEFAULT, QUIET  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "data-constrained-cpu.json"
-MODEL = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0"]
+MODEL = PREVIOUS_DEFAULT
 """Overrides that give the default of the study's time (before benchmarks/poet_levers.py's levers landed)."""
 RUNS = {  # name → train.py overrides beside the subset and the schedule
     "tang": [],

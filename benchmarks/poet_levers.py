@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,14 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.fixed_time import score  # noqa: E402
-from benchmarks.train_run import QUIET  # noqa: E402
+from benchmarks.train_run import PREVIOUS_DEFAULT, QUIET  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 from model.loading import load_engine  # noqa: E402
 from model.training.runtime import default_config_sha  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "poet-levers-cpu.json"
-PREVIOUS = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0"]
+PREVIOUS = PREVIOUS_DEFAULT
 """The default before issue 27's levers landed: every lever is these overrides, then its own."""
 PREVIOUS_SAMPLING = ["temperature=0.8", "top_p=null"]
 """evaluate.py's sampling before the default became temperature 1.0, top_p 0.9 (top_k 200 in both)."""
@@ -101,7 +102,7 @@ def default_run(ckpt: Path) -> dict:
     if engine.config_sha != (sha := default_config_sha()):
         raise SystemExit(f"error: {ckpt} was not trained with today's default (config_sha "
                          f"{str(engine.config_sha)[:12]}, the default's {sha[:12]}); train it with --only default")
-    return {"overrides": [], "sampling": [], "wall_seconds": None, "checkpoint": str(ckpt.relative_to(ROOT)),
+    return {"overrides": [], "sampling": [], "wall_seconds": None, "checkpoint": os.path.relpath(ckpt, ROOT),
             **measure(ckpt, [], ROOT / "logs" / "bench-pl-default")}
 
 
