@@ -23,11 +23,13 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
+from data.anneal import AnnealSampler, rhymed_poem_starts
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 from data.verse.plan import plan_labels, poem_plan
@@ -171,6 +173,8 @@ class PoetryDataModule(L.LightningDataModule):
     covers every corpus named. train_subset_tokens: train on whole poems of the training split
     drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
     mid_poem_fraction: the share of training windows that start at a random offset (`train_starts`).
+    anneal_fraction: the share of the run's last training windows drawn only from those that start
+    a poem whose even lines rhyme (`data/anneal.py`); needs `trainer.max_steps` and one process.
     raises ValueError for an unknown script, tokenizer kind or windows, or a share outside [0, 1).
     """
 
@@ -179,7 +183,7 @@ class PoetryDataModule(L.LightningDataModule):
                  tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
                  seed: int = 0, plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
                  also_validate: Mapping[str, str] | None = None, train_subset_tokens: int | None = None,
-                 mid_poem_fraction: float = 0.0):
+                 mid_poem_fraction: float = 0.0, anneal_fraction: float = 0.0):
         super().__init__()
         if train_windows not in TRAIN_WINDOWS:
             raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
@@ -200,6 +204,9 @@ class PoetryDataModule(L.LightningDataModule):
         self.mid_poem_fraction = float(mid_poem_fraction)
         if not 0 <= self.mid_poem_fraction < 1:
             raise ValueError(f"data.mid_poem_fraction={mid_poem_fraction} is not in [0, 1)")
+        self.anneal_fraction = float(anneal_fraction)
+        if not 0 <= self.anneal_fraction < 1:
+            raise ValueError(f"data.anneal_fraction={anneal_fraction} is not in [0, 1)")
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -339,6 +346,9 @@ class PoetryDataModule(L.LightningDataModule):
         self.train_tokens = len(train)
         self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos,
                                                                       self.mid_poem_fraction, self.seed))
+        if self.anneal_fraction:  # indices of the windows that start a rhymed poem
+            rhymed = rhymed_poem_starts(train, self.tokenizer, self.script)
+            self.anneal_windows = np.flatnonzero(np.isin(self.train_set.starts, rhymed))
         self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
         self.val_set = self.val_sets[0]
 
@@ -355,11 +365,24 @@ class PoetryDataModule(L.LightningDataModule):
         generator also draws each iterator's worker seed, and shared it would leave a resumed
         run's later epochs in another order. A run resumes with the same `num_workers`
         (train.py checks)."""
-        sampler = RandomSampler(self.train_set, generator=torch.Generator().manual_seed(self.seed))
+        sampler = self._anneal_sampler() if self.anneal_fraction else \
+            RandomSampler(self.train_set, generator=torch.Generator().manual_seed(self.seed))
         with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated, in every loader
             warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
             return StatefulDataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def _anneal_sampler(self) -> AnnealSampler:
+        """The whole run's order with its annealing phase (`data/anneal.py`). raises ValueError
+        without `trainer.max_steps` or under several processes."""
+        trainer = self.trainer
+        if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks):
+            raise ValueError("data.anneal_fraction needs trainer.max_steps (the phase is a share of the run's "
+                             "steps) and no trainer.max_time")
+        if trainer.world_size > 1:
+            raise ValueError("data.anneal_fraction runs in one process only (its order is not sharded across devices)")
+        total = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
+        return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed)
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Every validation window exactly once, in order, `4 · batch_size` windows per batch.

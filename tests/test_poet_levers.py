@@ -31,10 +31,12 @@ def test_a_checkpoint_of_another_config_is_refused_as_the_default(monkeypatch, t
         pl.default_run(tmp_path / "last.ckpt")
 
 
-def test_every_lever_but_the_default_starts_from_the_previous_default():
-    from benchmarks.poet_levers import LEVERS, PREVIOUS, PREVIOUS_SAMPLING
+def test_every_lever_but_the_default_starts_from_a_pinned_default():
+    from benchmarks.poet_levers import LANDED, LANDED_SAMPLING, LEVERS, PREVIOUS, PREVIOUS_SAMPLING
 
-    assert LEVERS["default"] == ([], [])
+    assert LEVERS["default"] == ([], []) and LANDED[: len(PREVIOUS)] == PREVIOUS
     for name, (overrides, sampling) in LEVERS.items():
-        if name != "default":
+        if name.startswith("landed+"):
+            assert overrides[: len(LANDED)] == LANDED and sampling == LANDED_SAMPLING, name
+        elif name != "default":
             assert overrides[: len(PREVIOUS)] == PREVIOUS and sampling == PREVIOUS_SAMPLING, name

@@ -84,6 +84,20 @@ def test_sigterm_after_10_steps_then_resume_gives_the_uninterrupted_run(uninterr
     assert_same_run(uninterrupted, first | second, tmp_path / "b" / "checkpoints" / "test" / "last.ckpt")
 
 
+def test_a_run_stopped_in_its_annealing_phase_resumes_it_exactly(uninterrupted, tmp_path, monkeypatch):
+    """data.anneal_fraction=0.5: the last 10 steps draw rhymed poems only; stopped at step 13
+    and resumed, the run gets the batches and weights of one never stopped."""
+    run, rec = [*RUN, "+data.anneal_fraction=0.5"], Recorder(monkeypatch)
+    cfg = lambda part, *extra: make_train_cfg(tmp_path / part, uninterrupted.corpus, monkeypatch)(*run, *extra)  # noqa: E731
+    reference = SimpleNamespace(batches=rec.run(cfg("ref")), weights=weights(tmp_path / "ref/checkpoints/test/last.ckpt"))
+    starts = {s: reference.batches[s][:, 0] for s in range(20)}  # each window's first token; <bos> is 0
+    assert all((starts[s] == 0).all() for s in range(10, 20))  # the annealing windows start at a poem
+    assert any((starts[s] != 0).any() for s in range(10))  # before it, mid-poem windows too (mid_poem_fraction)
+    seen = rec.run(cfg("a"), signal_at=12)
+    seen |= rec.run(cfg("b", f"ckpt_path={tmp_path / 'a/checkpoints/test'}"))
+    assert_same_run(reference, seen, tmp_path / "b/checkpoints/test/last.ckpt")
+
+
 @pytest.mark.slow
 def test_several_resumes_with_loader_workers_give_the_uninterrupted_run(uninterrupted, tmp_path, monkeypatch):
     """2 loader worker processes: Ctrl-C at step 7; resumed and killed after the step-10

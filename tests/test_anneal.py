@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch import Trainer
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from data.anneal import AnnealSampler, rhymed_poem_starts
+from data.datamodule import PoetryDataModule
+from data.tokenizer import CharTokenizer
+
+RHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"  # 流 / 楼: 下平聲十一尤
+UNRHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层天。"  # 天 (一先) does not rhyme with 流
+
+
+def test_rhymed_poem_starts_are_the_bos_of_poems_whose_even_lines_rhyme():
+    tok = CharTokenizer.from_texts([RHYMED, UNRHYMED])
+    ids = [tok.encode(p, bos=True, eos=True) for p in (RHYMED, UNRHYMED, RHYMED)]
+    tokens = np.array(sum(ids, []), dtype=np.uint16)
+    n = len(ids[0])
+    assert rhymed_poem_starts(tokens, tok, "simplified").tolist() == [0, 2 * n]
+    assert rhymed_poem_starts(tokens[n:2 * n], tok, "simplified").tolist() == []
+
+
+def test_the_last_share_of_the_run_comes_from_the_annealing_windows_only():
+    anneal = np.array([3, 7, 11])
+    sampler = AnnealSampler(20, anneal, total=50, fraction=0.2, seed=1)
+    order = list(sampler)
+    assert len(order) == len(sampler) == 50 and order == list(sampler)  # the same order every time
+    main, tail = order[:40], order[40:]
+    assert sorted(main[:20]) == list(range(20)) and sorted(main[20:40]) == list(range(20))  # whole permutations
+    assert main[:20] != main[20:40]  # each its own
+    assert set(tail) == {3, 7, 11} and sorted(tail[:3]) == [3, 7, 11]
+    assert order != list(AnnealSampler(20, anneal, total=50, fraction=0.2, seed=2))
+    for bad in ({"fraction": 0.0}, {"fraction": 1.0}, {"total": 0}):
+        with pytest.raises(ValueError, match="must be in"):
+            AnnealSampler(20, anneal, **{"total": 50, "fraction": 0.2, **bad})
+    with pytest.raises(ValueError, match="no training poem's even lines rhyme"):
+        AnnealSampler(20, np.array([], dtype=np.int64), 50, 0.2)
+
+
+def test_a_resumed_loader_continues_the_annealed_order_exactly():
+    data = torch.arange(20)
+    sampler = AnnealSampler(20, np.array([3, 7, 11]), total=48, fraction=0.25, seed=5)
+
+    def loader():
+        return StatefulDataLoader(data, batch_size=4, sampler=sampler, drop_last=True)
+
+    uninterrupted = [b.tolist() for b in loader()]
+    assert len(uninterrupted) == 12
+    for stop in (2, 10):  # before the annealing phase and inside it
+        first = loader()
+        served = []
+        for b in first:
+            served.append(b.tolist())
+            if len(served) == stop:
+                break
+        resumed = loader()
+        resumed.load_state_dict(first.state_dict())
+        assert served + [b.tolist() for b in resumed] == uninterrupted, f"stopped after batch {stop}"
+
+
+def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus, tmp_path):
+    dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=8, batch_size=4,
+                          anneal_fraction=0.5)
+    dm.prepare_data()
+    dm.setup("fit")
+    dm.trainer = Trainer(max_steps=10, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    loader = dm.train_dataloader()
+    batches = [x for x, _ in loader]
+    assert len(batches) == 10
+    rhymed = set(rhymed_poem_starts(dm.tokens("train"), dm.tokenizer, "simplified").tolist())
+    starts = dm.train_set.starts
+    assert 0 < len(rhymed) < len(set(starts.tolist()))  # the tiny corpus has both kinds
+    for x in batches[5:]:  # the last half: every window starts at a rhymed poem's <bos>
+        for row in x:
+            matches = [s for s in rhymed if np.array_equal(dm.tokens("train")[s:s + 8], row.numpy())]
+            assert matches, row
+    dm.trainer = Trainer(max_time="00:00:01:00", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match="needs trainer.max_steps"):
+        dm.train_dataloader()
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"data.anneal_fraction=.* is not in \[0, 1\)"):
+            PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=bad)
