@@ -5,6 +5,7 @@ distinct-2, and `val/bpc` on both protocols (the poems and nanoGPT's 64-token wi
     python benchmarks/poet_levers.py                       # every lever not yet in the JSON
     python benchmarks/poet_levers.py --only default rhyme-slots-0.1 --force
     python benchmarks/poet_levers.py --only default --default-checkpoint checkpoints/bench-fixed-time-default/last.ckpt
+    python benchmarks/poet_levers.py --step-time previous-default default   # a step's cost, side by side
 
 Every lever but `default` is set on top of the default before they landed (`PREVIOUS`, sampled
 with `PREVIOUS_SAMPLING`), so each figure stays reproducible as the default moves.
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
 
 from benchmarks.fixed_time import score  # noqa: E402
 from benchmarks.train_run import PREVIOUS_DEFAULT, QUIET  # noqa: E402
@@ -138,18 +142,55 @@ def summary(r: dict) -> dict:
 
 def table(result: dict) -> str:
     """Markdown: one row per lever (free rhyme/regulated at each seed, the least form-alone rhyme,
-    the share of 七律, distinct-2, regulated, alternation / 黏 / 对 of the free poems (means over
-    the seeds), val/bpc poems and 64-token blocks)."""
-    lines = ["| lever | free rhy/reg " + " / ".join(map(str, SEEDS)) + " | least form-alone rhy/reg | 七律 share "
-             "| distinct-2 | regulated | alt / 黏 / 对 | val/bpc poems | val/bpc blocks |",
+    the mix of forms 五绝 / 七绝 / 五律 / 七律 / other, distinct-2, regulated, alternation / 黏 / 对
+    of the free poems (means over the seeds), val/bpc poems and 64-token blocks)."""
+    lines = ["| lever | free rhy/reg " + " / ".join(map(str, SEEDS)) + " | least form-alone rhy/reg "
+             "| 五绝 / 七绝 / 五律 / 七律 / other | distinct-2 | regulated | alt / 黏 / 对 | val/bpc poems "
+             "| val/bpc blocks |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in result["runs"].items():
         s = summary(r)
+        mix = " / ".join(f"{100 * s['mix'][k]:.1f}" for k in (*FORMS, "other"))
         lines.append(f"| {name} | " + " / ".join(f"{v:.1%}" for v in s["free_rhyme"])
-                     + f" | {min(s['form_rhyme'].values()):.1%} | {s['mix']['qilv']:.1%} | {s['distinct_2']:.3f} "
+                     + f" | {min(s['form_rhyme'].values()):.1%} | {mix} | {s['distinct_2']:.3f} "
                        f"| {s['regulated']:.1%} | {s['alternation']:.1%} / {s['nian']:.1%} / {s['dui']:.1%} "
                        f"| {s['poems_bpc']:.3f} | {s['blocks_bpc']:.3f} |")
     return "\n".join(lines)
+
+
+def step_times(names: list[str], steps: int = 40) -> dict:
+    """Each lever's training step (loss and backward of a new model on a batch of its own windows;
+    no optimizer, no data loader), alternated in one process over `steps` batches after 3 warm-up
+    rounds: {"steps_each", "ms": {name: median}, "ratio": {name: median / the first's}}."""
+    import hydra
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from model.loading import build_gpt
+
+    arms = {}
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        for name in names:
+            cfg = compose("train", overrides=LEVERS[name][0])
+            dm = hydra.utils.instantiate(cfg.data)
+            dm.prepare_data()
+            dm.setup("fit")
+            model = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k not in ("name", "optim")}
+            arms[name] = (build_gpt({**model, "backend": cfg.attention.backend}, dm.tokenizer, cfg.data.script).train(),
+                          dm.train_set, cfg.data.batch_size)
+    order = torch.Generator().manual_seed(0)
+    times = {name: [] for name in names}
+    for i in range(steps + 3):
+        for name, (gpt, windows, batch) in arms.items():
+            x, y = map(torch.stack, zip(*(windows[j] for j in torch.randint(len(windows), (batch,), generator=order))))
+            start = time.perf_counter()
+            gpt.loss(x, y).backward()
+            gpt.zero_grad(set_to_none=True)
+            if i >= 3:
+                times[name].append(time.perf_counter() - start)
+    ms = {name: 1000 * statistics.median(t) for name, t in times.items()}
+    return {"steps_each": steps, "ms": {k: round(v, 2) for k, v in ms.items()},
+            "ratio": {k: round(v / ms[names[0]], 3) for k, v in ms.items()}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,17 +199,38 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="run again what the JSON already has")
     p.add_argument("--default-checkpoint", type=Path, default=None,
                    help="measure this checkpoint of today's default as `default` instead of training it")
+    p.add_argument("--step-time", nargs="+", default=None, choices=list(LEVERS), metavar="LEVER",
+                   help="only time these levers' training steps against the first's, in one process")
     args = p.parse_args(argv)
-    result = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
-    result.update(machine=machine(), commit=commit(), seeds=list(SEEDS))
+    if args.step_time:
+        timed = {"machine": machine(), "commit": commit(), **step_times(args.step_time)}
+        save(step_time=timed)
+        print(json.dumps(timed, indent=1), f"\nwrote {OUT}")
+        return
+    done = read()["runs"]
     for name in args.only or LEVERS:
-        if name in result["runs"] and not args.force:
+        if name in done and not args.force:
             continue
-        result["runs"][name] = default_run(args.default_checkpoint.resolve()) \
+        lever = default_run(args.default_checkpoint.resolve()) \
             if name == "default" and args.default_checkpoint else run(name, *LEVERS[name])
-        OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        result = save({name: lever}, machine=machine(), commit=commit(), seeds=list(SEEDS))
         print(table(result), flush=True)
-    print(f"{result['machine']}\n\n{table(result)}\n\nwrote {OUT}")
+    print(f"{machine()}\n\n{table(read())}\n\nwrote {OUT}")
+
+
+def read() -> dict:
+    """The JSON as it is on disk now ({"runs": {}} before the first lever)."""
+    return json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
+
+
+def save(runs: dict | None = None, **fields) -> dict:
+    """Add `runs` (lever name → result) and top-level `fields` to the JSON as it is on disk now and
+    write it back, so a lever another run of this script finished meanwhile is kept."""
+    result = read()
+    result.update(fields)
+    result["runs"].update(runs or {})
+    OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    return result
 
 
 if __name__ == "__main__":

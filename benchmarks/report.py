@@ -317,7 +317,7 @@ def data_constrained(res: dict) -> str:
 
 def poet_levers(res: dict) -> str:
     """Levers toward the poets' rhyme, forms and diversity, from benchmarks/poet_levers.py's JSON."""
-    from benchmarks.poet_levers import LEVERS, SEEDS
+    from benchmarks.poet_levers import FORMS, LEVERS, SEEDS
     from benchmarks.poet_levers import table as levers_table
 
     def intro(r: dict) -> str:
@@ -325,16 +325,25 @@ def poet_levers(res: dict) -> str:
         return ("`python benchmarks/poet_levers.py`: each lever trained at the default's steps (no end-of-run "
                 "callbacks) on top of the default before the levers landed and sampled as it was (temperature 0.8, "
                 "no `top_p`); `default` is today's (the levers `mid-poem-0.25+rhyme-slots-0.1`, sampled at "
-                "temperature 1.0, `top_p` 0.9). Then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
+                "temperature 1.0, `top_p` 0.9); a `landed+` lever is set on top of that default as it landed and "
+                "sampled as it is. Then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
                 + ", ".join(map(str, SEEDS)) + " and both `val/bpc` protocols (the poems, and nanoGPT's "
                 "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
-                "and the seeds; the 七律 share is the free poems' mean over the seeds (held-out poets: "
-                f"{human['qilv']:.1%}; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, "
-                f"distinct-2 {human['distinct_2']:.3f}, regulated {human['regulated']:.1%}, alternation / 黏 / 对 "
+                "and the seeds; the mix of forms is the free poems' mean over the seeds (held-out poets: "
+                + " / ".join(f"{100 * human[k]:.1f}" for k in (*FORMS, "other"))
+                + f"; their rhyme of regulated poems {human['rhyme_regulated']:.1%}, distinct-2 "
+                f"{human['distinct_2']:.3f}, regulated {human['regulated']:.1%}, alternation / 黏 / 对 "
                 f"{human['alternation']:.1%} / {human['nian']:.1%} / {human['dui']:.1%}).")
 
+    def show(r: dict) -> str:
+        if not (t := r.get("step_time")):
+            return levers_table(r)
+        ratios = ", ".join(f"{k} {v:.2f}×" for k, v in t["ratio"].items())
+        return (levers_table(r) + f"\n\nA training step (loss and backward, `--step-time`), median over "
+                f"{n(t['steps_each'])} batches each, alternated in one process: {ratios} the first's.")
+
     return resumable_study(res, "## Toward the poets' poems: levers", "poet-levers-cpu", "benchmarks/poet_levers.py",
-                           LEVERS, intro, levers_table)
+                           LEVERS, intro, show)
 
 
 def gpu_recipe(res: dict) -> str:
