@@ -63,6 +63,7 @@ LEVERS = {
     "landed+rhyme-slots-0.2": ([*LANDED, "model.rhyme_loss_weight=0.2"], LANDED_SAMPLING),
     "landed+block-96": ([*LANDED, "model.block_size=96", "data.batch_size=24"], LANDED_SAMPLING),
     "landed+block-128": ([*LANDED, "model.block_size=128", "data.batch_size=18"], LANDED_SAMPLING),
+    "landed+plan": ([*LANDED, "data.plan_tokens=true"], LANDED_SAMPLING),
     "landed+anneal-0.1": ([*LANDED, "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
     "landed+depth-5": ([*LANDED, "model.n_layer=5", "trainer.max_steps=1830"], LANDED_SAMPLING),
     "landed+width-128": ([*LANDED, "model.n_embd=128", "trainer.max_steps=1570"], LANDED_SAMPLING),
@@ -76,7 +77,8 @@ line end. `mid-poem-f`: a share f of training windows starts at a random offset
 out of sight (`model.struct_recover`). `landed+…`: a lever on top of the default those two
 landed as (`LANDED`, sampled at `LANDED_SAMPLING`); `block-b`: windows of b tokens, with as many
 tokens a batch (batch size 2304 / b), so a long 古体 is trained with its start in sight.
-`anneal-f`: the run's last share f of windows from poems whose even lines rhyme (`data/anneal.py`).
+`plan`: plan tokens (`data.plan_tokens`): each poem starts with its form and rhyme group, so the
+model draws its form from the poets' mix and writes to the rhyme it drew. `anneal-f`: the run's last share f of windows from poems whose even lines rhyme (`data/anneal.py`).
 `depth-5`, `width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps
 that cost the default's training time (a step's cost against the default's: 1.20× and 1.40×,
 measured in one process; 1.5× for batch 48, its tokens). `default`: today's (mid-poem 0.25 with rhyme slots 0.1,

@@ -24,8 +24,8 @@ from data.verse.rhyme import is_level_tone, level_tone_table, readings
 
 TONES = ("none", "level", "oblique", "both")
 TOKEN_KINDS = ("other", "bos", "eos", "line_end")
-"""`token_kinds` ids: 0 any other token, 1 `<bos>`, 2 `<eos>`, 3 a mark that ends a line
-(`data.verse.poetry.LINE_END`: ，。？！；)."""
+"""`token_kinds` ids: 0 any other token, 1 `<bos>` or a plan token (the poem's text starts after
+it), 2 `<eos>`, 3 a mark that ends a line (`data.verse.poetry.LINE_END`: ，。？！；)."""
 GROUPS = 31
 """Group ids: 0 none, then the 30 level-tone groups (`group_ids`)."""
 READINGS = 4
@@ -82,5 +82,6 @@ def token_kinds(tokenizer: Tokenizer) -> list[int]:
     kinds = []
     for i in range(tokenizer.vocab_size):
         text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
-        kinds.append(1 if i == bos else 2 if i == eos else 3 if text[-1:] in tuple(LINE_END) else 0)
+        kinds.append(1 if i == bos or tokenizer.is_plan(i) else 2 if i == eos else 3 if text[-1:] in tuple(LINE_END)
+                     else 0)
     return kinds

@@ -265,3 +265,19 @@ def test_a_checkpoint_from_before_the_features_cannot_resume_with_them(tmp_path)
     check_same_shape(old, {"n_layer": 4, "phonology": False}, tmp_path)
     with pytest.raises(ValueError, match="model.phonology: checkpoint False, asked True"):
         check_same_shape(old, {"n_layer": 4, "phonology": True}, tmp_path)
+
+
+def test_a_plan_models_structure_starts_after_its_plan_tokens():
+    """<bos> <五绝> <rhyme> poem: the plan tokens are not characters of the first line, so every
+    position of the poem gets the ids it gets without a plan."""
+    from data.verse.plan import plan_labels
+
+    poem = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
+    tok = CharTokenizer.from_texts([poem], plan=plan_labels())
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True))
+    m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
+    plain = tok.encode(poem, bos=True, eos=True)
+    planned = [plain[0], tok.itos.index("<五绝>"), tok.itos.index("<下平聲七陽>"), *plain[1:]]
+    ids = m.poem.structure_ids(torch.tensor([plain]))[0]  # (T, 3)
+    assert torch.equal(m.poem.structure_ids(torch.tensor([planned]))[0, 2:], ids)
+    assert ids[10].tolist() == [2, 2, 4]  # before 霜: line 2, the mark after the next, a rhyme slot
