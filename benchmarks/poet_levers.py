@@ -78,10 +78,11 @@ out of sight (`model.struct_recover`). `landed+…`: a lever on top of the defau
 landed as (`LANDED`, sampled at `LANDED_SAMPLING`); `block-b`: windows of b tokens, with as many
 tokens a batch (batch size 2304 / b), so a long 古体 is trained with its start in sight.
 `plan`: plan tokens (`data.plan_tokens`): each poem starts with its form and rhyme group, so the
-model draws its form from the poets' mix and writes to the rhyme it drew. `anneal-f`: the run's last share f of windows from poems whose even lines rhyme (`data/anneal.py`).
-`depth-5`, `width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps
-that cost the default's training time (a step's cost against the default's: 1.20× and 1.40×,
-measured in one process; 1.5× for batch 48, its tokens). `default`: today's (mid-poem 0.25 with rhyme slots 0.1,
+model draws its form from the poets' mix and writes to the rhyme it drew. `anneal-f`: the run's
+last share f of windows from poems whose even lines rhyme (`data/anneal.py`). `depth-5`,
+`width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps that cost
+the default's training time (a step's cost against the default's: 1.20× and 1.40×, measured in one
+process; 1.5× for batch 48, its tokens). `default`: today's (mid-poem 0.25 with rhyme slots 0.1,
 sampled at temperature 1.0, top_p 0.9)."""
 SEEDS = (1337, 1, 2)
 FORMS = ("wujue", "qijue", "wulv", "qilv")
