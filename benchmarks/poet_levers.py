@@ -65,6 +65,7 @@ LEVERS = {
     "landed+block-128": ([*LANDED, "model.block_size=128", "data.batch_size=18"], LANDED_SAMPLING),
     "landed+plan": ([*LANDED, "data.plan_tokens=true"], LANDED_SAMPLING),
     "landed+anneal-0.1": ([*LANDED, "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
+    "landed+plan+anneal-0.1": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
     "landed+depth-5": ([*LANDED, "model.n_layer=5", "trainer.max_steps=1830"], LANDED_SAMPLING),
     "landed+width-128": ([*LANDED, "model.n_embd=128", "trainer.max_steps=1570"], LANDED_SAMPLING),
     "landed+batch-48": ([*LANDED, "data.batch_size=48", "trainer.max_steps=1470"], LANDED_SAMPLING),

@@ -191,8 +191,9 @@ def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem
     assert (rows[:, 1] == ids.forms["wujue"]).all() and set(rows[:, 2].tolist()) <= set(ids.rhymes.values())
     start = torch.tensor([[tok.bos_id, ids.forms["wujue"]]] * 20)
     gen = torch.Generator().manual_seed(3)
-    steps = lit.engine.stream(start, 30, sampler(opts.temperature, opts.top_k, opts.top_p, gen), tok.eos_id, True,
-                              [poem_boundaries(tok), plan_grammar(tok, real_rhymes=True)])
+    grammar = plan_grammar(tok, real_rhymes=True)
+    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, unfiltered=grammar.plan)  # the plan unfiltered
+    steps = lit.engine.stream(start, 30, draw, tok.eos_id, True, [poem_boundaries(tok), grammar])
     assert torch.equal(rows, torch.cat([start, *steps], dim=1))  # only the poem rules and the plan grammar
     assert sum(form_of(p) == "wujue" for p in sample_poems(lit.engine, opts)) < 5  # untrained: the plan alone is no form
 
@@ -336,3 +337,11 @@ def test_a_plan_model_trains_logs_bpc_text_samples_and_evaluates(trained, capsys
     evaluate_script.main.__wrapped__(ecfg)
     printed = capsys.readouterr().out
     assert "pl-form" in printed and f"val/bpc_text {metrics['val/bpc_text']:.4f}" in printed
+
+
+def test_the_plan_is_drawn_as_the_model_gives_it_whatever_top_k_and_top_p(lit):
+    """top_k=1 and top_p=0.01 leave the text one token a step, but the form and rhyme tokens are
+    drawn from the model's distribution: an untrained model draws many plans."""
+    opts = SamplingOptions(num_samples=40, max_new_tokens=12, seed=0, temperature=1.0, top_k=1, top_p=0.01)
+    plans = read_plans(lit.tokenizer, sample_ids(lit.engine, opts))
+    assert len({p["form"] for p in plans}) >= 3 and len({p["rhyme"] for p in plans}) >= 5

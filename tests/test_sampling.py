@@ -135,6 +135,21 @@ def test_top_p_one_keeps_every_token_of_nonzero_probability():
     assert torch.isfinite(top_p_filter(logits, 1.0)).tolist() == [[True, True, False]]
 
 
+def test_a_row_that_may_draw_only_plan_tokens_is_drawn_without_top_k_and_top_p():
+    """Row 0 allows plan tokens 0–2 only (0.6 / 0.3 / 0.1): drawn as the model gives them, though
+    top_p 0.5 and top_k 1 would leave token 0 alone; row 1, text, is filtered to its likeliest."""
+    plan = torch.tensor([True, True, True, False, False])
+    logits = torch.tensor([[0.6, 0.3, 0.1, 0.0, 0.0], [0.0, 0.0, 0.0, 0.7, 0.3]]).log()  # (2, 5)
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.cat([next_token(logits, 1.0, top_k=1, top_p=0.5, generator=gen, unfiltered=plan)
+                       for _ in range(4000)], dim=1)  # (2, 4000)
+    shares = torch.bincount(draws[0], minlength=5).double() / 4000
+    torch.testing.assert_close(shares, torch.tensor([0.6, 0.3, 0.1, 0.0, 0.0], dtype=torch.float64), atol=0.03, rtol=0)
+    assert draws[1].eq(3).all()
+    without = torch.cat([next_token(logits, 1.0, top_k=1, top_p=0.5, generator=gen) for _ in range(200)], dim=1)
+    assert without[0].eq(0).all()
+
+
 def test_non_finite_logits_raise_instead_of_sampling():
     m = tiny()
     with torch.no_grad():

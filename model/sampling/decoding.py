@@ -70,10 +70,13 @@ def check_logits(logits: torch.Tensor, source: str) -> None:
 
 
 def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = None,
-               top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+               top_p: float | None = None, generator: torch.Generator | None = None,
+               unfiltered: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row: logits (B, V) float → (B, 1) int64.
 
-    temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError, at any
+    unfiltered: (V,) bool; a row whose allowed tokens (logit not -inf) are all among these is drawn
+    without top_k and top_p (the plan slots of a plan model: the filters cut the text's tail, not the
+    plan). temperature 0 is greedy (argmax; top_k and top_p change nothing). raises ValueError, at any
     temperature, if the logits hold NaN or +inf, if a row allows no token at all (every logit
     -inf), or if logits / temperature overflow or underflow to nothing (a temperature too close to
     0: use 0).
@@ -86,20 +89,25 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None = Non
     logits = logits / temperature
     if torch.isposinf(logits).any() or torch.isnan(logits).any() or torch.isneginf(logits).all(dim=-1).any():
         raise ValueError(f"temperature={temperature} is too small: logits / temperature overflow; use 0 for greedy")
+    kept = logits
     if top_k is not None:
-        logits = top_k_filter(logits, top_k)
+        kept = top_k_filter(kept, top_k)
     if top_p is not None:
-        logits = top_p_filter(logits, top_p)
-    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
+        kept = top_p_filter(kept, top_p)
+    if unfiltered is not None:  # (B, 1): rows that may draw only these tokens keep every logit
+        kept = torch.where((torch.isneginf(logits) | unfiltered.to(logits.device)).all(-1, keepdim=True), logits, kept)
+    return torch.multinomial(F.softmax(kept, dim=-1), 1, generator=generator)  # (B, 1)
 
 
 def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-            generator: torch.Generator | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+            generator: torch.Generator | None = None,
+            unfiltered: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """The engine's `draw` for these settings: logits (B, V) → `next_token(logits, temperature,
-    top_k, top_p, generator)`, (B, 1) int64. raises ValueError now for bad settings
+    top_k, top_p, generator, unfiltered)`, (B, 1) int64. raises ValueError now for bad settings
     (`check_sampling_args`), before any step."""
     check_sampling_args(temperature, top_k, top_p)
-    return partial(next_token, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+    return partial(next_token, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+                   unfiltered=unfiltered)
 
 
 class RepetitionPenalty:

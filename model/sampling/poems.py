@@ -7,11 +7,12 @@ go through `poem_steps` (`stream_poems`, `sample_poems`), so every poem keeps th
 
 A model trained with plan tokens (`data.plan_tokens=true`, `data/verse/plan.py`) writes `<bos>`, a
 form token, a rhyme token, then the poem. Sampled from `<bos>`, it draws its plan first (a
-prompt's text follows the drawn plan). `control` says how `form` and `rhyme` are asked for:
-`soft` puts them in the plan (`form` becomes the form token of the prompt, `rhyme` restricts
-the rhyme slot to real groups, not `<无韵>`) and masks nothing in the poem; `hard` is constrained
-decoding (`PoemConstraint`, which rhymes within the plan's group when there is one); `both`
-(the default for plan models) does both. Decoded poems never show plan tokens.
+prompt's text follows the drawn plan), at the temperature but without `top_k` and `top_p`, which
+cut the text's unlikely tail: a form the poets wrote one poem in 14 is not a tail to cut.
+`control` says how `form` and `rhyme` are asked for: `soft` puts them in the plan (`form` becomes
+the form token of the prompt, `rhyme` restricts the rhyme slot to real groups, not `<无韵>`) and
+masks nothing in the poem; `hard` is constrained decoding (`PoemConstraint`, which rhymes within
+the plan's group when there is one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
 """
 from __future__ import annotations
 
@@ -124,8 +125,9 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
     plan = [ids.forms[opts.form]] if control != "hard" and opts.form else []  # soft form: the prompt's plan
     to_draw = PLAN_SLOTS - len(plan) if ids else 0
-    if ids:
-        processors.append(plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)))
+    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)) if ids else None
+    if grammar:
+        processors.append(grammar)
     if control != "soft" and (opts.form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, engine.script, opts.meter)
         constraint.check_text(prompt)
@@ -140,7 +142,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
-    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen)
+    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
     text = tok.encode(prompt)
     drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
     start = torch.tensor([[tok.bos_id, *plan, *([] if drawn_first else text)]] * opts.num_samples,
