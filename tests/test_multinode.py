@@ -91,8 +91,10 @@ def test_two_nodes_of_two_processes_train_as_one_run_that_resumes_on_three(tiny_
     assert lr == pytest.approx({s: 0.02 * lr_factor(s, 2, 0.05, (s - 2) / 4) for s in range(6)}, rel=1e-6)
     assert epochs == pytest.approx({s: (s + 1) * epochs[0] for s in range(6)}, rel=1e-6)  # 512 tokens a step
     # validation exact: every held-out window once, as one process scores the saved weights
-    dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=16, batch_size=8)
-    one = validation_metrics(load_engine(run / "last.ckpt"), dm)
+    engine = load_engine(run / "last.ckpt")
+    dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=16, batch_size=8,
+                          plan_tokens=bool(engine.tokenizer.plan))  # framed as the run's data
+    one = validation_metrics(engine, dm)
     assert val[6] == pytest.approx(one["val/loss"], abs=1e-6)
 
     # resume on 3 processes of one node, to 12 steps: the step count, the schedule and the epochs go on

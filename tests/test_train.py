@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 import sample as sample_script
 import train as train_script
+from data.verse.plan import PLAN_SLOTS
 from data.verse.poetry import LINE_END, form_of
 from model.attention import BackendUnavailableError
 from model.inspection.attention_stats import STATISTICS
@@ -128,7 +129,8 @@ def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     (tmp_path / "cache").rename(tmp_path / "cache-moved")  # nor the prepared data
     poems = sample_script.sample(scfg)
     assert len(poems) == 3 and all(p.startswith("举头") for p in poems)  # prompt converted to simplified
-    assert all(p[-1] == "。" or len(p) == 2 + 30 for p in poems)  # ended after a full stop, or ran out
+    planned = PLAN_SLOTS if cfg.data.plan_tokens else 0  # drawn plan tokens count in max_new_tokens
+    assert all(p[-1] == "。" or len(p) == 2 + 30 - planned for p in poems)  # ended after a full stop, or ran out
     assert sample_script.sample(scfg) == poems  # same seed, same poems
     scfg.backend = "naive"
     assert sample_script.sample(scfg) == poems  # another backend, the same model
@@ -320,7 +322,8 @@ def test_sample_table_of_the_run_keeps_the_poem_rules(trained):
     assert len(rows) == 2 * cfg.callbacks.samples.num_samples  # two validations, the table grows
     for _, poem in rows:
         assert poem and poem[0] not in LINE_END and not re.search(f"[{LINE_END}]{{2}}", poem), poem
-        assert poem[-1] in LINE_END[1:] or len(poem) == cfg.callbacks.samples.max_new_tokens, poem
+        planned = PLAN_SLOTS if cfg.data.plan_tokens else 0  # drawn plan tokens count in max_new_tokens
+        assert poem[-1] in LINE_END[1:] or len(poem) == cfg.callbacks.samples.max_new_tokens - planned, poem
 
 
 def run_sample_py(*args, cwd):
