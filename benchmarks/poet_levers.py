@@ -83,8 +83,8 @@ model draws its form from the poets' mix and writes to the rhyme it drew. `annea
 last share f of windows from poems whose even lines rhyme (`data/anneal.py`). `depth-5`,
 `width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps that cost
 the default's training time (a step's cost against the default's: 1.20× and 1.40×, measured in one
-process; 1.5× for batch 48, its tokens). `default`: today's (mid-poem 0.25 with rhyme slots 0.1,
-sampled at temperature 1.0, top_p 0.9)."""
+process; 1.5× for batch 48, its tokens). `default`: today's (`landed+plan`; its plan drawn without
+top_k and top_p, as every plan model's is now: `landed+plan` was sampled before that)."""
 SEEDS = (1337, 1, 2)
 FORMS = ("wujue", "qijue", "wulv", "qilv")
 KEPT = ("regulated", "rhyme_regulated", *FORMS, "other", "alternation", "nian", "dui", "copy", "distinct_2")

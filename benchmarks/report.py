@@ -324,9 +324,10 @@ def poet_levers(res: dict) -> str:
         human = next(iter(r["runs"].values()))["seeds"][str(SEEDS[0])]["human (held-out)"]
         return ("`python benchmarks/poet_levers.py`: each lever trained at the default's steps (no end-of-run "
                 "callbacks) on top of the default before the levers landed and sampled as it was (temperature 0.8, "
-                "no `top_p`); `default` is today's (the levers `mid-poem-0.25+rhyme-slots-0.1`, sampled at "
-                "temperature 1.0, `top_p` 0.9); a `landed+` lever is set on top of that default as it landed and "
-                "sampled as it is. Then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
+                "no `top_p`); a `landed+` lever is set on top of the default those levers landed as "
+                "(`mid-poem-0.25+rhyme-slots-0.1`, sampled at temperature 1.0, `top_p` 0.9); `default` is today's "
+                "(`landed+plan`, the plan drawn without `top_k` and `top_p`; `landed+plan` itself was sampled before "
+                "that, its plan through `top_p` too). Then `evaluate.py sets=[free,form]` (300 poems a set) at seeds "
                 + ", ".join(map(str, SEEDS)) + " and both `val/bpc` protocols (the poems, and nanoGPT's "
                 "64-token windows of the validation array). The least form-alone rhyme is over the four forms "
                 "and the seeds; the mix of forms is the free poems' mean over the seeds (held-out poets: "
