@@ -167,11 +167,13 @@ def step_times(names: list[str], steps: int = 40) -> dict:
     no optimizer, no data loader), alternated in one process over `steps` batches after 3 warm-up
     rounds: {"steps_each", "ms": {name: median}, "ratio": {name: median / the first's}}."""
     import hydra
+    import rootutils
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from model.loading import build_gpt
 
+    rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
     arms = {}
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         for name in names:
