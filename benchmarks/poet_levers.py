@@ -66,6 +66,10 @@ LEVERS = {
     "landed+plan": ([*LANDED, "data.plan_tokens=true"], LANDED_SAMPLING),
     "landed+anneal-0.1": ([*LANDED, "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
     "landed+plan+anneal-0.1": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
+    "landed+plan+anneal-forms-0.1": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.1",
+                                      "+data.anneal_mix=forms"], LANDED_SAMPLING),
+    "landed+plan+anneal-forms-0.05": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.05",
+                                       "+data.anneal_mix=forms"], LANDED_SAMPLING),
     "landed+depth-5": ([*LANDED, "model.n_layer=5", "trainer.max_steps=1830"], LANDED_SAMPLING),
     "landed+width-128": ([*LANDED, "model.n_embd=128", "trainer.max_steps=1570"], LANDED_SAMPLING),
     "landed+batch-48": ([*LANDED, "data.batch_size=48", "trainer.max_steps=1470"], LANDED_SAMPLING),
@@ -80,7 +84,8 @@ landed as (`LANDED`, sampled at `LANDED_SAMPLING`); `block-b`: windows of b toke
 tokens a batch (batch size 2304 / b), so a long 古体 is trained with its start in sight.
 `plan`: plan tokens (`data.plan_tokens`): each poem starts with its form and rhyme group, so the
 model draws its form from the poets' mix and writes to the rhyme it drew. `anneal-f`: the run's
-last share f of windows from poems whose even lines rhyme (`data/anneal.py`). `depth-5`,
+last share f of windows from poems whose even lines rhyme (`data/anneal.py`); `anneal-forms-f`: those
+windows drawn so each form keeps its share of the windows that start a poem (`data.anneal_mix`). `depth-5`,
 `width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps that cost
 the default's training time (a step's cost against the default's: 1.20× and 1.40×, measured in one
 process; 1.5× for batch 48, its tokens). `default`: today's (`landed+plan`; its plan drawn without

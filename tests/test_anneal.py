@@ -4,12 +4,14 @@ import torch
 from lightning.pytorch import Trainer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from data.anneal import AnnealSampler, rhymed_poem_starts
+from data.anneal import AnnealSampler, annealing_windows, rhymed_poem_starts
 from data.datamodule import PoetryDataModule
 from data.tokenizer import CharTokenizer
 
 RHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"  # 流 / 楼: 下平聲十一尤
 UNRHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层天。"  # 天 (一先) does not rhyme with 流
+QIJUE = "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。"  # 还 / 山: 上平聲十五删
+QIJUE_UNRHYMED = QIJUE.replace("山。", "来。")  # 来 (上平聲十灰)
 
 
 def test_rhymed_poem_starts_are_the_bos_of_poems_whose_even_lines_rhyme():
@@ -19,6 +21,25 @@ def test_rhymed_poem_starts_are_the_bos_of_poems_whose_even_lines_rhyme():
     n = len(ids[0])
     assert rhymed_poem_starts(tokens, tok, "simplified").tolist() == [0, 2 * n]
     assert rhymed_poem_starts(tokens[n:2 * n], tok, "simplified").tolist() == []
+
+
+def test_the_forms_mix_keeps_each_forms_share_of_poem_starts():
+    poems = [RHYMED, QIJUE_UNRHYMED, RHYMED, QIJUE, RHYMED, QIJUE_UNRHYMED]  # 五绝 3/6 (all rhymed), 七绝 3/6 (1 rhymed)
+    tok = CharTokenizer.from_texts([QIJUE, *poems])
+    ids = [tok.encode(p, bos=True, eos=True) for p in poems]
+    tokens = np.array(sum(ids, []), dtype=np.uint16)
+    bos = np.cumsum([0, *map(len, ids)])[:-1]
+    window_starts = np.sort(np.concatenate([bos, bos + 3]))  # every poem's start, and a window inside each
+    rhymed = annealing_windows(window_starts, tokens, tok, "simplified")
+    assert window_starts[rhymed].tolist() == [bos[0], bos[2], bos[3], bos[4]]  # 3 五绝, 1 七绝
+    forms = annealing_windows(window_starts, tokens, tok, "simplified", mix="forms", seed=3)
+    assert len(forms) == 4
+    starts = window_starts[forms].tolist()
+    assert starts.count(bos[3]) == 2  # the one rhymed 七绝 twice: half the poem starts are 七绝
+    assert len(set(starts) & {bos[0], bos[2], bos[4]}) == 2 and len(set(starts)) == 3  # two distinct 五绝
+    assert forms.tolist() == annealing_windows(window_starts, tokens, tok, "simplified", mix="forms", seed=3).tolist()
+    with pytest.raises(ValueError, match=r"data.anneal_mix='balanced' is not one of \('rhymed', 'forms'\)"):
+        annealing_windows(window_starts, tokens, tok, "simplified", mix="balanced")
 
 
 def test_the_last_share_of_the_run_comes_from_the_annealing_windows_only():
@@ -81,3 +102,5 @@ def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus,
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"data.anneal_fraction=.* is not in \[0, 1\)"):
             PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=bad)
+    with pytest.raises(ValueError, match="data.anneal_mix='x' is not one of"):
+        PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=0.1, anneal_mix="x")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.datamodule import poem_subset
+from data.windows import poem_subset
 from model.gpt import GPT, GPTConfig
 
 

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from data.corpus_io import load_corpus
-from data.datamodule import IGNORE, PoemWindows, PoetryDataModule, Windows, train_starts
+from data.datamodule import PoetryDataModule
 from data.verse.script import corpus_to_script, prompt_to_script
+from data.windows import IGNORE, PoemWindows, Windows, train_starts
 from tests.conftest import POEMS, write_corpus
 
 

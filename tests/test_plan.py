@@ -8,13 +8,14 @@ import torch
 import torch.nn.functional as F
 
 from data.bpe import learn_ranks, write_ranks
-from data.datamodule import IGNORE, PoemWindows, PoetryDataModule
+from data.datamodule import PoetryDataModule
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, load_encoding, tokenizer_from_state
 from data.verse.meter import OBLIQUE, matching_patterns, poem_lines, tones
 from data.verse.plan import FORM_LABELS, NO_RHYME, PLAN_SLOTS, plan_ids, plan_labels, poem_plan, poem_rhyme_groups
 from data.verse.poetry import FORMS, form_of
 from data.verse.rhyme import level_tone_table, rhyme_groups
 from data.verse.script import corpus_to_script
+from data.windows import IGNORE, PoemWindows
 from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
 from model.inspection.poem_metrics import plan_match

@@ -28,8 +28,8 @@ import torch
 from lightning.pytorch.callbacks import Timer
 from torchmetrics import SumMetric
 
-from data.datamodule import IGNORE
 from data.tokenizer import tokenizer_from_state
+from data.windows import IGNORE
 from model.engine import Engine
 from model.loading import build_gpt
 from model.training.muon import MuonAdamW

@@ -1,0 +1,124 @@
+"""Training and validation windows over a token array of `<bos>`-framed poems.
+
+`train_starts` places the training windows (at poems' starts, nanoGPT's random offsets, or a
+share of them mid-poem), `Windows` serves them, `PoemWindows` scores every held-out poem from
+its own `<bos>`; `poem_bounds` and `poem_subset` find and draw whole poems.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+TRAIN_WINDOWS = ("poems", "random")
+VAL_WINDOWS = ("poems", "blocks")
+IGNORE = -1
+"""Target id of a position whose prediction is not scored (`F.cross_entropy(..., ignore_index=IGNORE)`)."""
+
+
+def poem_bounds(tokens: np.ndarray, bos_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends): the offsets of every poem's `<bos>` in a token array and the offset just
+    past its last token (`<eos>`), each `(n_poems,) int64`."""
+    starts = np.flatnonzero(np.asarray(tokens) == bos_id)
+    return starts, np.append(starts[1:], len(tokens))
+
+
+def poem_subset(tokens: np.ndarray, n_tokens: int, bos_id: int = 0, seed: int = 0) -> np.ndarray:
+    """Whole poems of a token array drawn in a seeded random order until they hold at least
+    `n_tokens` tokens, concatenated in array order: a smaller training set for data-constrained
+    studies (the same poems for every run with the same array and seed). The whole array if it
+    holds fewer."""
+    starts, ends = poem_bounds(tokens, bos_id)
+    order = np.random.default_rng(seed).permutation(len(starts))
+    cut = np.searchsorted(np.cumsum(ends[order] - starts[order]), n_tokens) + 1
+    keep = np.sort(order[:cut])
+    return np.concatenate([np.asarray(tokens[starts[i]:ends[i]]) for i in keep])
+
+
+def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0, mid_poem: float = 0.0,
+                 seed: int = 0) -> np.ndarray:
+    """Start offsets of the training windows, `(N,) int64`; a window is `block_size + 1` tokens.
+
+    windows='poems': every window starts at a poem's `<bos>`, as sampling does; a poem longer
+    than a window goes on in windows that start `block_size` tokens later each, so every
+    token is a target once. A window runs on into the next poems (packing, no mask). With
+    mid_poem = f > 0, windows at offsets drawn uniformly (numpy, `seed`) are added until they
+    are a fraction f of all: windows that start mid-poem, as nanoGPT's and a refilled KV cache's do.
+    windows='random': every offset (nanoGPT's random windows).
+    raises ValueError for another `windows`, mid_poem outside [0, 1), or an array shorter than one window.
+    """
+    if not 0 <= mid_poem < 1:
+        raise ValueError(f"data.mid_poem_fraction={mid_poem} is not in [0, 1)")
+    if windows not in TRAIN_WINDOWS:
+        raise ValueError(f"data.train_windows={windows!r} is not one of {TRAIN_WINDOWS}")
+    last = len(tokens) - block_size - 1  # the last offset that still fills a window
+    if last < 0:
+        raise ValueError(f"{len(tokens)} tokens cannot fill one window of block_size={block_size}")
+    if windows == "random":
+        return np.arange(last + 1)
+    starts, ends = poem_bounds(tokens, bos_id)
+    offsets = np.concatenate([np.arange(b, e - 1, block_size) for b, e in zip(starts, ends)])
+    offsets = offsets[offsets <= last]
+    extra = round(len(offsets) * mid_poem / (1 - mid_poem))
+    return np.sort(np.concatenate([offsets, np.random.default_rng(seed).integers(0, last + 1, extra)])) if extra \
+        else offsets
+
+
+class Windows(Dataset):
+    """`(x, y)` pairs of `block_size` token ids from a 1-D token array, y = x shifted by one.
+
+    starts: `(N,)` window offsets (`train_starts`, or every `block_size`-th offset for the
+    `blocks` validation). Items are `(block_size,) int64` tensors.
+    raises ValueError if a start leaves less than a window.
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, starts: np.ndarray):
+        if len(starts) == 0 or starts.max() + block_size + 1 > len(tokens):
+            raise ValueError(f"{len(tokens)} tokens cannot fill the windows of block_size={block_size}")
+        self.tokens, self.block_size, self.starts = tokens, block_size, starts
+
+    @classmethod
+    def blocks(cls, tokens: np.ndarray, block_size: int) -> "Windows":
+        """Non-overlapping windows that cover the array: nanoGPT-style validation."""
+        return cls(tokens, block_size, np.arange(0, len(tokens) - block_size, block_size))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = int(self.starts[i])
+        chunk = torch.from_numpy(self.tokens[start : start + self.block_size + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]  # x, y: (block_size,)
+
+
+class PoemWindows(Dataset):
+    """Every poem of a token array scored from its own `<bos>`: the `poems` validation.
+
+    A poem of at most `block_size + 1` tokens is one item; a longer one goes on in items that
+    start `block_size // 2` tokens before the first unscored target, so every prediction has
+    at least half a block of the poem before it. Every token after a `<bos>` is a target
+    exactly once. Items are `(x, y)`, each `(block_size,) int64`; y is `IGNORE` where
+    nothing is scored (context and padding).
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, bos_id: int = 0):
+        self.tokens, self.block_size = tokens, block_size
+        self.items: list[tuple[int, int, int]] = []  # (window start, first scored target, end)
+        for b, e in zip(*poem_bounds(tokens, bos_id)):
+            start, first = int(b), int(b) + 1
+            while first < e:
+                end = min(start + block_size + 1, int(e))
+                self.items.append((start, first, end))
+                start, first = max(int(b), end - 1 - block_size // 2), end
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start, first, end = self.items[i]
+        chunk = torch.from_numpy(self.tokens[start:end].astype(np.int64))  # (≤ block_size + 1,)
+        x = torch.zeros(self.block_size, dtype=torch.int64)
+        y = torch.full((self.block_size,), IGNORE, dtype=torch.int64)
+        x[: len(chunk) - 1] = chunk[:-1]
+        y[first - start - 1 : len(chunk) - 1] = chunk[first - start :]
+        return x, y  # (block_size,) each
