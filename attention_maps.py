@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.corpus_io import heldout_poems
+from data.verse.plan import PLAN_SLOTS
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
@@ -49,6 +50,11 @@ rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which
 ABBREV = {"entropy": "entropy", "max_weight": "max", "self": "self", "prev_token": "prev",
           "first_token": "first", "punctuation": "punct", "prev_line_same_pos": "prevsame",
           "prev_line_next_pos": "prevnext", "prev_line_rhyme": "prevrhyme"}
+
+
+def progress(message: str) -> None:
+    """One line on stderr while the report is computed (the tables come at the end, on stdout)."""
+    print(f"attention_maps: {message} …", file=sys.stderr, flush=True)
 
 
 def batch_maps(gpt: GPT, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -118,8 +124,10 @@ def attention_report(cfg: DictConfig) -> dict:
                          cfg.heldout.corpus_path)
     gpt, block_size, ckpt = engine.model, engine.model.cfg.block_size, engine.path
     idx, tokens = engine.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
+    plan = PLAN_SLOTS if engine.tokenizer.plan else 0  # every poem is read as trained: <bos>, its plan, the text
     poems = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.heldout.n_poems, cfg.heldout.forms,
-                          block_size - 1)
+                          block_size - 1 - plan)
+    progress(f"attention maps of the probe line and {len(poems)} held-out poems")
     encoded = [engine.encode_line(poem, "held-out poem") for poem in poems]
     torch.manual_seed(cfg.init_seed)
     init_gpt = build_gpt(model_fields(gpt.cfg), engine.tokenizer, engine.script).eval()  # as training started
@@ -129,7 +137,7 @@ def attention_report(cfg: DictConfig) -> dict:
     heldout_tokens = [t for _, t in encoded]
     report = {
         "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "config_sha": engine.config_sha,
-        "text": "".join(tokens[1:]), "tokens": tokens,
+        "text": engine.to_model_text(cfg.text, "text"), "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                      for k in ("backend", "ablate", "ablate_mode", "init_seed", "heldout", "baselines", "flag")},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",
@@ -141,9 +149,11 @@ def attention_report(cfg: DictConfig) -> dict:
     }
     if cfg.head_effects.enabled and not engine.ablated:  # what each head is for, by switching it off
         every = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.head_effects.n_poems or 10 ** 9, None,
-                              block_size - 2)
+                              block_size - 2 - plan)
         report["head_effects"] = None
         if every:
+            progress(f"each head switched off on {len(every)} held-out poems, then the rhyme study's free poems "
+                     f"({cfg.head_effects.free.num_samples} a set and seed): the longest part, minutes on a CPU")
             start, he = time.perf_counter(), cfg.head_effects
             scorer = HeadScorer(engine, every)
             report["head_effects"] = {"poems": len(every), **head_effects(engine, every, scorer=scorer)}

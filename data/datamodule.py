@@ -32,7 +32,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from data.anneal import ANNEAL_MIXES, AnnealSampler, annealing_windows
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
-from data.verse.plan import plan_labels, poem_plan
+from data.verse.plan import plan_labels, poem_ids
 from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import TRAIN_WINDOWS, VAL_WINDOWS, PoemWindows, Windows, poem_subset, train_starts
 
@@ -165,14 +165,6 @@ class PoetryDataModule(L.LightningDataModule):
         source = spec if self.encoding.name == spec else str(Path(spec).expanduser().resolve())  # a file: absolute
         return TiktokenTokenizer.from_texts(self.encoding, texts, source, plan)
 
-    def _encode_poem(self, tok: Tokenizer, poem: dict, text: str) -> list[int]:
-        """One poem's ids: `<bos>`, its plan tokens if `plan_tokens`, its text, `<eos>`."""
-        ids = tok.encode(text, bos=True, eos=True)
-        if not self.plan_tokens:
-            return ids
-        plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, poem["form"], self.script)]
-        return [ids[0], *plan, *ids[1:]]
-
     def prepare_data(self) -> None:
         """Build the cached arrays if they are missing. Safe to interrupt: the folder
         appears only once complete (written to a temporary folder, then renamed)."""
@@ -195,7 +187,7 @@ class PoetryDataModule(L.LightningDataModule):
                 split_poems = [(p, t) for path, part in parts for p, t in zip(corpora[path], texts[path])
                                if p["split"] == part]
                 split_texts = [t for _, t in split_poems]
-                ids = [self._encode_poem(tok, p, t) for p, t in split_poems]
+                ids = [poem_ids(tok, t, self.script, p["form"]) for p, t in split_poems]
                 arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
                 arr.tofile(tmp / f"{split}.bin")
                 meta[split] = {"poems": len(ids), "tokens": int(arr.size),

@@ -1,6 +1,6 @@
 """The inference engine: a trained GPT with its tokenizer and script, as nanochat's `Engine`.
 
-Text in either script becomes the model's (`to_model_text`, `encode_line`), ids come out one
+Text in either script becomes the model's (`to_model_text`, `poem_ids`, `encode_line`), ids come out one
 step at a time (`steps`, `stream`, `generate`), with a KV cache. What is drawn at each step is
 the caller's choice (`draw`: `model.sampling.decoding.next_token` with its temperature, top_k and
 top_p, or `greedy`), and so are the logits processors (constraints, penalties): the engine knows
@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
+from data.verse.plan import poem_ids
 from data.verse.script import prompt_to_script, variants
 from model.gpt import GPT
 
@@ -97,19 +98,27 @@ class Engine:
             raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
         return text
 
+    def poem_ids(self, text: str, option: str = "text", eos: bool = True) -> list[int]:
+        """A text (either script, converted to the model's) framed as the model was trained on a
+        poem (`data.verse.plan.poem_ids`): `<bos>`, for a model with plan tokens the text's plan as
+        a poem (its form, `form_of`, and rhyme group: a couplet is `<其他>` `<无韵>`), its ids, and
+        `<eos>` if eos; any length. raises as `to_model_text`."""
+        return poem_ids(self.tokenizer, self.to_model_text(text, option), self.script, eos=eos)
+
     def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
-        """`<bos>` + text (either script, converted to the model's) → ((1, T) int64 ids on the
-        model's device, the T tokens as text: `<bos>` then the characters, or BPE pieces).
+        """A line or poem as the model reads the start of a poem (`poem_ids` without `<eos>`) →
+        ((1, T) int64 ids on the model's device, the T tokens as text: `<bos>`, plan tokens,
+        then the characters, or BPE pieces).
 
         option: the text's name in messages. raises as `to_model_text`; ValueError if the text
         is empty or T exceeds the model's block_size.
         """
         if not text:
             raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
-        text = self.to_model_text(text, option)
-        ids = self.tokenizer.encode(text, bos=True)
+        ids = self.poem_ids(text, option, eos=False)
         if len(ids) > self.model.cfg.block_size:
-            raise ValueError(f"{option} has {len(text)} characters; with <bos> that is {len(ids)} positions, more "
+            raise ValueError(f"{option} has {len(text)} characters; with <bos>{' and its plan' * bool(self.tokenizer.plan)} "
+                             f"that is {len(ids)} positions, more "
                              f"than the model's block_size {self.model.cfg.block_size}. Use a shorter text.")
         return torch.tensor([ids], device=self.device), [self.tokenizer.label(i) for i in ids]
 

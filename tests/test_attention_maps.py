@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from attention_maps import attention_report, format_table
 from data.corpus_io import heldout_poems
 from data.tokenizer import CharTokenizer
+from data.verse.plan import plan_labels
 from data.verse.poetry import form_of
 from data.verse.script import corpus_to_script
 from model.inspection.attention_stats import STATISTICS, random_qk_maps
@@ -31,9 +32,9 @@ def corpus(tmp_path):
     return path
 
 
-def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337):
-    """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed)."""
-    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
+def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337, plan=False):
+    """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed) (plan: with plan tokens)."""
+    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"), plan_labels() if plan else ())
     torch.manual_seed(seed)
     lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0, bias=False,
                             backend=backend), optim={}, tokenizer=tok.state_dict())
@@ -47,6 +48,20 @@ def report_cfg(tmp_path, corpus, ckpt, *overrides):
         return compose("attention_maps", overrides=[
             f"ckpt_path={ckpt}", f"out_dir={tmp_path / 'out'}", f"heldout.corpus_path={corpus}",
             "heldout.n_poems=3", "baselines.n_samples=4", *overrides])
+
+
+def test_a_plan_model_reads_the_probe_and_the_poems_after_their_plan(tmp_path, corpus, capsys):
+    """A plan model never saw a poem without its form and rhyme tokens: the probe line, the held-out
+    poems and the head-effects poems are read as it was trained on them, and fit with the plan."""
+    ckpt = write_checkpoint(tmp_path / "checkpoints" / "plan" / "last.ckpt", plan=True)
+    report = attention_report(report_cfg(tmp_path, corpus, ckpt, "text='床前明月光，疑是地上霜。'",
+                                         "head_effects.free.num_samples=0", "head_effects.control.seeds=[0]"))
+    assert report["tokens"] == ["<bos>", "<其他>", "<无韵>", *"床前明月光，疑是地上霜。"]  # a couplet: no form, no rhyme
+    assert report["text"] == "床前明月光，疑是地上霜。" and report["heldout"]["poems"] == 3
+    assert report["head_effects"]["poems"] == 5  # the five 五绝: 24 characters + <bos>, plan, <eos> ≤ 32
+    assert "attention_maps: attention maps of the probe line and 3 held-out poems" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="with <bos> and its plan that is 33 positions"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, "text='" + "床前明月光，" * 5 + "'"))
 
 
 def test_heldout_poems_are_the_first_validation_poems_of_the_forms(corpus):
@@ -65,7 +80,7 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     saved = json.loads((out / "attention_maps.json").read_text())
     assert saved == json.loads(json.dumps(report))
     assert saved["tokens"] == ["<bos>", *"床前明月光，疑是地上霜。"] and saved["heldout"]["poems"] == 3
-    assert re.fullmatch(r".+ \(\d+ cores, \d+ threads\), torch .+", saved["machine"])  # named in docs/results.md
+    assert re.fullmatch(r".+ \(\d+ cores, \d+ threads?\), torch .+", saved["machine"])  # named in docs/results.md
     assert [(h["layer"], h["head"]) for h in saved["probe"]["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert set(saved["probe"]["baselines"]) == {"uniform", "random_qk", "random_head", "init"}
     # the checkpoint holds the seed-1337 initialisation, so its heads are the "at init" baseline

@@ -18,6 +18,7 @@ from data.verse.script import corpus_to_script
 from data.windows import IGNORE, PoemWindows
 from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
+from model.inspection.head_effects import KINDS, HeadScorer
 from model.inspection.poem_metrics import plan_match
 from model.loading import load_engine
 from model.sampling.decoding import PlanGrammar, sampler
@@ -120,6 +121,25 @@ def test_data_module_frames_every_poem_with_its_plan(tiny_corpus, tmp_path):
         "<下平聲七陽>", "<下平聲十一尤>", NO_RHYME, NO_RHYME, "<上平聲四支>", "<上平聲十五刪>"]
     x, y = PoemWindows(planned.tokens("val"), 16)[0]  # windows start at <bos>: the plan is at positions 1–2
     assert x[0] == tok.bos_id and y[0] == ids.forms["wujue"] and y[1] == ids.rhymes["下平聲七陽"]
+
+
+def test_inspection_reads_a_poem_as_the_model_was_trained_on_it(lit, tiny_corpus, tmp_path):
+    engine, tok = lit.engine, lit.engine.tokenizer
+    ids = plan_ids(tok)
+    framed = [tok.bos_id, ids.forms["wujue"], ids.rhymes["下平聲七陽"], *tok.encode(JINGYESI), tok.eos_id]
+    assert engine.poem_ids(JINGYESI) == framed and engine.poem_ids(corpus_to_script([JINGYESI], "traditional")[0]) == framed
+    dm = make_dm(tiny_corpus, tmp_path, plan_tokens=True)
+    assert dm.tokens("train")[: len(framed)].tolist() == framed  # the data module frames it the same way
+    idx, labels = engine.encode_line("床前明月光，疑是地上霜。")
+    assert labels == ["<bos>", "<其他>", NO_RHYME, *"床前明月光，疑是地上霜。"] and idx[0].tolist() == engine.poem_ids(
+        "床前明月光，疑是地上霜。", eos=False)
+    scorer = HeadScorer(engine, [JINGYESI])
+    batch, _, kinds = scorer.batches[0]
+    assert batch[0].tolist() == framed
+    assert dict(zip(KINDS, scorer.counts.tolist())) == {"all": len(framed) - 1, "rhyme_slot": 2, "line_start": 4,
+                                                        "mark": 4, "eos": 1}
+    plain = plan_lit(plan=False).engine
+    assert plain.poem_ids(JINGYESI) == plain.tokenizer.encode(JINGYESI, bos=True, eos=True)
 
 
 @pytest.mark.parametrize("head", ["tied", "adaptive"])

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from data.verse.meter import poem_lines, shared_rhyme_groups
+from data.verse.poetry import form_of
 from data.verse.rhyme import level_tone_table
+
+if TYPE_CHECKING:
+    from data.tokenizer import Tokenizer
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
 """Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
@@ -67,6 +71,17 @@ def poem_plan(text: str, form: str, script: str) -> tuple[str, str]:
         raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}")
     group = rhyme_of(text, script)
     return FORM_LABELS[form], NO_RHYME if group is None else rhyme_label(group)
+
+
+def poem_ids(tok: Tokenizer, text: str, script: str, form: str | None = None, eos: bool = True) -> list[int]:
+    """A poem's ids as a model is trained on it: `<bos>`, its plan tokens (`poem_plan`) if the
+    tokenizer has them, its text, `<eos>` if eos. form: its corpus `form` field (None: `form_of`
+    the text, what the corpus field holds). raises as `Tokenizer.encode` and `poem_plan`."""
+    ids = tok.encode(text, bos=True, eos=eos)
+    if not tok.plan:
+        return ids
+    plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, form or form_of(text), script)]
+    return [ids[0], *plan, *ids[1:]]
 
 
 @dataclass(frozen=True)

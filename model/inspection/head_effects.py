@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from data.verse.plan import plan_labels
 from data.verse.poetry import LINE_END
 from model.ablation import ablate
 from model.engine import Engine, pad
@@ -27,17 +28,19 @@ KINDS = ("all", "rhyme_slot", "line_start", "mark", "eos")
 def target_kinds(labels: Sequence[str]) -> torch.Tensor:
     """The kinds of each target of a poem: labels (T,) the tokens as text (`<bos>` … `<eos>`) →
     (T − 1, len(KINDS)) bool, row i for the token at i + 1. A rhyme slot is a character whose
-    next token is a mark that ends an even line (the 2nd, 4th, … line of the poem)."""
+    next token is a mark that ends an even line (the 2nd, 4th, … line of the poem); a line start
+    follows `<bos>`, a plan token or a mark."""
     T = len(labels)
     kinds = torch.zeros(T - 1, len(KINDS), dtype=torch.bool)
     kinds[:, 0] = True
     line = 0  # lines ended so far
+    starts_after = {*LINE_END, *plan_labels()}
     for i in range(1, T):
         t, before = labels[i], labels[i - 1]
         is_mark = t in LINE_END
         kinds[i - 1, 3] = is_mark
         kinds[i - 1, 4] = t == "<eos>"
-        kinds[i - 1, 2] = len(t) == 1 and not is_mark and (before == "<bos>" or before in LINE_END)
+        kinds[i - 1, 2] = len(t) == 1 and not is_mark and (before == "<bos>" or before in starts_after)
         after = labels[i + 1] if i + 1 < T else "<cut>"  # not "": "" is in every string
         kinds[i - 1, 1] = len(t) == 1 and not is_mark and after in LINE_END and line % 2 == 1
         line += is_mark
@@ -55,7 +58,8 @@ def poem_nats(engine: Engine, batch: torch.Tensor, lengths: torch.Tensor) -> tor
 class HeadScorer:
     """Held-out poems batched once, scored with any set of heads off (zero ablation).
 
-    poems: text, each fed from `<bos>` to `<eos>`, its first block_size tokens where it is longer
+    poems: text, each fed as the model was trained on it (`Engine.poem_ids`: `<bos>`, a plan model's
+    plan tokens, the poem, `<eos>`), its first block_size tokens where it is longer
     (then a target at the cut is no rhyme slot: the mark after it is out of sight). `counts`:
     (len(KINDS),) targets of each kind; `intact`: nats per target by kind with every head on;
     `delta(names)`: the change in nats per target by kind with those heads off (memoised by
@@ -65,7 +69,7 @@ class HeadScorer:
     def __init__(self, engine: Engine, poems: Sequence[str], batch_size: int = 64):
         tok = engine.tokenizer
         block = engine.model.cfg.block_size
-        seqs = [tok.encode(engine.to_model_text(p, "held-out poem"), bos=True, eos=True)[:block] for p in poems]
+        seqs = [engine.poem_ids(p, "held-out poem")[:block] for p in poems]
         kinds = [target_kinds([tok.label(i) for i in s]) for s in seqs]
         self.engine, self.batches, self.memo = engine, [], {}
         for start in range(0, len(seqs), batch_size):
