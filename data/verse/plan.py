@@ -20,14 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of
 from data.verse.rhyme import level_tone_table
-
-if TYPE_CHECKING:
-    from data.tokenizer import Tokenizer
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
 """Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
@@ -73,7 +70,18 @@ def poem_plan(text: str, form: str, script: str) -> tuple[str, str]:
     return FORM_LABELS[form], NO_RHYME if group is None else rhyme_label(group)
 
 
-def poem_ids(tok: Tokenizer, text: str, script: str, form: str | None = None, eos: bool = True) -> list[int]:
+class HasPlanTokens(Protocol):
+    """What `plan_ids` reads of a tokenizer (`data.tokenizer.Tokenizer` has both)."""
+    plan: tuple[str, ...]  # the plan tokens' labels, in id order
+    plan_start: int  # the id of the first
+
+
+class EncodesPlans(HasPlanTokens, Protocol):
+    """What `poem_ids` uses of a tokenizer (`data.tokenizer.Tokenizer` has it)."""
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]: ...
+
+
+def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None, eos: bool = True) -> list[int]:
     """A poem's ids as a model is trained on it: `<bos>`, its plan tokens (`poem_plan`) if the
     tokenizer has them, its text, `<eos>` if eos. form: its corpus `form` field (None: `form_of`
     the text, what the corpus field holds). raises as `Tokenizer.encode` and `poem_plan`."""
@@ -105,12 +113,6 @@ class PlanIds:
         ids = [int(i) for i in ids]
         return {"form": next((form_of_id[i] for i in ids if i in form_of_id), None),
                 "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None)}
-
-
-class HasPlanTokens(Protocol):
-    """What `plan_ids` reads of a tokenizer (`data.tokenizer.Tokenizer` has both)."""
-    plan: tuple[str, ...]  # the plan tokens' labels, in id order
-    plan_start: int  # the id of the first
 
 
 @lru_cache(maxsize=8)
