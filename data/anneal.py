@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
 from data.tokenizer import Tokenizer
 from data.verse.plan import poem_rhyme_groups
@@ -64,25 +64,33 @@ def _poems(tokens: np.ndarray, tokenizer: Tokenizer) -> list[tuple[int, str]]:
             for s, e in zip(*poem_bounds(tokens, tokenizer.bos_id))]
 
 
-class AnnealSampler(Sampler[int]):
-    """The window indices of a whole run, in one pass of `total`: the first `total − round(f·total)`
-    from every window (a fresh random permutation of range(n) each time it runs out, as
-    RandomSampler's epochs), the rest from `anneal` (window indices, permuted likewise).
+class AnnealSampler(DistributedSampler):
+    """The window indices of a whole run, in one pass: of the run's `w·total` indices the first
+    `w·total − round(f·w·total)` come from every window (a fresh random permutation of range(n)
+    each time it runs out, as RandomSampler's epochs), the rest from `anneal` (window indices,
+    permuted likewise); process r of w takes every w-th of them from the r-th, its `total`.
 
     n: windows in the dataset; anneal: (m,) int, the annealing windows' indices (`annealing_windows`), m > 0;
-    total: indices in the run (optimizer steps × accumulated batches × batch size); fraction: f
-    in (0, 1); seed: of both orders. Iterating it again gives the same order; its iterator is
+    total: indices one process serves in the run (optimizer steps × accumulated batches × batch
+    size); fraction: f in (0, 1); seed: of both orders; num_replicas, rank: w processes (DDP,
+    any number of devices and nodes) and this one's global rank. A DistributedSampler, so
+    Lightning shards it no further. Iterating it again gives the same order; its iterator is
     Stateful (torchdata), so a resumed run continues it exactly.
-    raises ValueError for an empty `anneal`, a fraction outside (0, 1) or total < 1.
+    raises ValueError for an empty `anneal`, a fraction outside (0, 1), total < 1 or a rank outside [0, w).
     """
 
-    def __init__(self, n: int, anneal: np.ndarray, total: int, fraction: float, seed: int = 0):
+    def __init__(self, n: int, anneal: np.ndarray, total: int, fraction: float, seed: int = 0,
+                 num_replicas: int = 1, rank: int = 0):  # no super().__init__(): it would ask torch.distributed
         if len(anneal) == 0:
             raise ValueError("no annealing windows: no training poem's even lines rhyme")
         if not 0 < fraction < 1 or total < 1:
             raise ValueError(f"anneal fraction {fraction} must be in (0, 1) and total {total} positive")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not one of {num_replicas} processes")
         self.n, self.anneal, self.total, self.seed = n, torch.as_tensor(anneal, dtype=torch.int64), total, seed
-        self.main = total - round(fraction * total)  # indices before the annealing phase
+        self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
+        run = total * num_replicas
+        self.main = run - round(fraction * run)  # the run's indices before the annealing phase
 
     def __len__(self) -> int:
         return self.total
@@ -92,24 +100,32 @@ class AnnealSampler(Sampler[int]):
 
 
 class _AnnealIterator(Iterator[int]):
-    """`AnnealSampler`'s order; state_dict: how many indices it has yielded."""
+    """`AnnealSampler`'s order for its rank; state_dict: how many indices it has yielded."""
 
     def __init__(self, sampler: AnnealSampler):
         self.sampler = sampler
         self.generator = torch.Generator().manual_seed(sampler.seed)
-        self.yielded, self.pool = 0, []
+        self.yielded, self.drawn, self.pool = 0, 0, []  # drawn: of the whole run's order, every rank's
+
+    def _draw(self) -> int:
+        s = self.sampler
+        if self.drawn == s.main:  # the annealing phase starts: drop what is left of the last permutation
+            self.pool = []
+        if not self.pool:
+            perm = torch.randperm(s.n if self.drawn < s.main else len(s.anneal), generator=self.generator)
+            self.pool = (perm if self.drawn < s.main else s.anneal[perm]).tolist()[::-1]
+        self.drawn += 1
+        return self.pool.pop()
 
     def __next__(self) -> int:
         s = self.sampler
         if self.yielded == s.total:
             raise StopIteration
-        if self.yielded == s.main:  # the annealing phase starts: drop what is left of the last permutation
-            self.pool = []
-        if not self.pool:
-            perm = torch.randperm(s.n if self.yielded < s.main else len(s.anneal), generator=self.generator)
-            self.pool = (perm if self.yielded < s.main else s.anneal[perm]).tolist()[::-1]
+        i = self._draw()
+        while (self.drawn - 1) % s.num_replicas != s.rank:  # another process's index
+            i = self._draw()
         self.yielded += 1
-        return self.pool.pop()
+        return i
 
     def state_dict(self) -> dict:
         return {"yielded": self.yielded}

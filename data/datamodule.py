@@ -61,7 +61,7 @@ class PoetryDataModule(L.LightningDataModule):
     drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
     mid_poem_fraction: the share of training windows that start at a random offset (`train_starts`).
     anneal_fraction: the share of the run's last training windows drawn only from those that start
-    a poem whose even lines rhyme (`data/anneal.py`); needs `trainer.max_steps` and one process.
+    a poem whose even lines rhyme (`data/anneal.py`); needs `trainer.max_steps`.
     anneal_mix: 'rhymed' (those windows as they come) | 'forms' (drawn so each form keeps its share
     of the windows that start a poem; `annealing_windows`).
     raises ValueError for an unknown script, tokenizer kind, windows or anneal mix, or a share outside [0, 1).
@@ -258,16 +258,15 @@ class PoetryDataModule(L.LightningDataModule):
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def _anneal_sampler(self) -> AnnealSampler:
-        """The whole run's order with its annealing phase (`data/anneal.py`). raises ValueError
-        without `trainer.max_steps` or under several processes."""
+        """The whole run's order with its annealing phase (`data/anneal.py`), this process's share of
+        it. raises ValueError without `trainer.max_steps`."""
         trainer = self.trainer
         if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks):
             raise ValueError("data.anneal_fraction needs trainer.max_steps (the phase is a share of the run's "
                              "steps) and no trainer.max_time")
-        if trainer.world_size > 1:
-            raise ValueError("data.anneal_fraction runs in one process only (its order is not sharded across devices)")
         total = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
-        return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed)
+        return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed,
+                             trainer.world_size, trainer.global_rank)
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Every validation window exactly once, in order, `4 · batch_size` windows per batch.

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 from lightning.pytorch import Trainer
+from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from data.anneal import AnnealSampler, annealing_windows, rhymed_poem_starts
@@ -59,9 +60,24 @@ def test_the_last_share_of_the_run_comes_from_the_annealing_windows_only():
         AnnealSampler(20, np.array([], dtype=np.int64), 50, 0.2)
 
 
-def test_a_resumed_loader_continues_the_annealed_order_exactly():
+def test_several_processes_share_one_order_and_anneal_at_the_same_step():
+    anneal = np.array([3, 7, 11])
+    whole = list(AnnealSampler(20, anneal, total=60, fraction=0.2, seed=4))
+    shards = [list(AnnealSampler(20, anneal, total=20, fraction=0.2, seed=4, num_replicas=3, rank=r)) for r in range(3)]
+    assert [len(s) for s in shards] == [20, 20, 20]
+    assert [i for step in zip(*shards) for i in step] == whole  # rank r takes every 3rd index from the r-th
+    assert all(set(s[-4:]) <= {3, 7, 11} and not set(s[:16]) <= {3, 7, 11} for s in shards)  # the last fifth each
+    sampler = AnnealSampler(20, anneal, total=20, fraction=0.2, seed=4, num_replicas=3, rank=1)
+    assert isinstance(sampler, DistributedSampler)  # Lightning wraps it in no other sampler
+    with pytest.raises(ValueError, match="rank 3 is not one of 3 processes"):
+        AnnealSampler(20, anneal, total=20, fraction=0.2, num_replicas=3, rank=3)
+
+
+@pytest.mark.parametrize("num_replicas, rank", [(1, 0), (2, 1)])
+def test_a_resumed_loader_continues_the_annealed_order_exactly(num_replicas, rank):
     data = torch.arange(20)
-    sampler = AnnealSampler(20, np.array([3, 7, 11]), total=48, fraction=0.25, seed=5)
+    sampler = AnnealSampler(20, np.array([3, 7, 11]), total=48, fraction=0.25, seed=5, num_replicas=num_replicas,
+                            rank=rank)
 
     def loader():
         return StatefulDataLoader(data, batch_size=4, sampler=sampler, drop_last=True)
