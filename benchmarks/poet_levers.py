@@ -64,12 +64,13 @@ LEVERS = {
     "landed+block-96": ([*LANDED, "model.block_size=96", "data.batch_size=24"], LANDED_SAMPLING),
     "landed+block-128": ([*LANDED, "model.block_size=128", "data.batch_size=18"], LANDED_SAMPLING),
     "landed+plan": ([*LANDED, "data.plan_tokens=true"], LANDED_SAMPLING),
-    "landed+anneal-0.1": ([*LANDED, "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
-    "landed+plan+anneal-0.1": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.1"], LANDED_SAMPLING),
-    "landed+plan+anneal-forms-0.1": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.1",
-                                      "+data.anneal_mix=forms"], LANDED_SAMPLING),
-    "landed+plan+anneal-forms-0.05": ([*LANDED, "data.plan_tokens=true", "+data.anneal_fraction=0.05",
-                                       "+data.anneal_mix=forms"], LANDED_SAMPLING),
+    "landed+anneal-0.1": ([*LANDED, "data.anneal_fraction=0.1", "data.anneal_mix=rhymed"], LANDED_SAMPLING),
+    "landed+plan+anneal-0.1": ([*LANDED, "data.plan_tokens=true", "data.anneal_fraction=0.1", "data.anneal_mix=rhymed"],
+                               LANDED_SAMPLING),
+    "landed+plan+anneal-forms-0.1": ([*LANDED, "data.plan_tokens=true", "data.anneal_fraction=0.1",
+                                      "data.anneal_mix=forms"], LANDED_SAMPLING),
+    "landed+plan+anneal-forms-0.05": ([*LANDED, "data.plan_tokens=true", "data.anneal_fraction=0.05",
+                                       "data.anneal_mix=forms"], LANDED_SAMPLING),
     "landed+depth-5": ([*LANDED, "model.n_layer=5", "trainer.max_steps=1830"], LANDED_SAMPLING),
     "landed+width-128": ([*LANDED, "model.n_embd=128", "trainer.max_steps=1570"], LANDED_SAMPLING),
     "landed+batch-48": ([*LANDED, "data.batch_size=48", "trainer.max_steps=1470"], LANDED_SAMPLING),
@@ -88,8 +89,9 @@ last share f of windows from poems whose even lines rhyme (`data/anneal.py`); `a
 windows drawn so each form keeps its share of the windows that start a poem (`data.anneal_mix`). `depth-5`,
 `width-128`, `batch-48`: 5 layers, n_embd 128, 48 windows a batch, each with the steps that cost
 the default's training time (a step's cost against the default's: 1.20× and 1.40×, measured in one
-process; 1.5× for batch 48, its tokens). `default`: today's (`landed+plan`; its plan drawn without
-top_k and top_p, as every plan model's is now: `landed+plan` was sampled before that)."""
+process; 1.5× for batch 48, its tokens). `default`: today's (`landed+plan+anneal-forms-0.1`, sampled
+at temperature 1.05; the plan drawn without top_k and top_p, as every plan model's is now:
+`landed+plan` was sampled before that)."""
 SEEDS = (1337, 1, 2)
 FORMS = ("wujue", "qijue", "wulv", "qilv")
 KEPT = ("regulated", "rhyme_regulated", *FORMS, "other", "alternation", "nian", "dui", "copy", "distinct_2")

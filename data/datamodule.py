@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -61,7 +62,8 @@ class PoetryDataModule(L.LightningDataModule):
     drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
     mid_poem_fraction: the share of training windows that start at a random offset (`train_starts`).
     anneal_fraction: the share of the run's last training windows drawn only from those that start
-    a poem whose even lines rhyme (`data/anneal.py`); needs `trainer.max_steps`.
+    a poem whose even lines rhyme (`data/anneal.py`); a run without `trainer.max_steps` (budget mode)
+    has none, and says so.
     anneal_mix: 'rhymed' (those windows as they come) | 'forms' (drawn so each form keeps its share
     of the windows that start a poem; `annealing_windows`).
     raises ValueError for an unknown script, tokenizer kind, windows or anneal mix, or a share outside [0, 1).
@@ -250,20 +252,24 @@ class PoetryDataModule(L.LightningDataModule):
         generator also draws each iterator's worker seed, and shared it would leave a resumed
         run's later epochs in another order. A run resumes with the same `num_workers`
         (train.py checks)."""
-        sampler = self._anneal_sampler() if self.anneal_fraction else \
-            RandomSampler(self.train_set, generator=torch.Generator().manual_seed(self.seed))
+        sampler = self._anneal_sampler() or RandomSampler(self.train_set,
+                                                          generator=torch.Generator().manual_seed(self.seed))
         with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated, in every loader
             warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
             return StatefulDataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
-    def _anneal_sampler(self) -> AnnealSampler:
+    def _anneal_sampler(self) -> AnnealSampler | None:
         """The whole run's order with its annealing phase (`data/anneal.py`), this process's share of
-        it. raises ValueError without `trainer.max_steps`."""
+        it; None without `anneal_fraction`, or, with a warning, without `trainer.max_steps` (budget
+        mode: the phase is a share of the run's steps)."""
         trainer = self.trainer
+        if not self.anneal_fraction:
+            return None
         if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks):
-            raise ValueError("data.anneal_fraction needs trainer.max_steps (the phase is a share of the run's "
-                             "steps) and no trainer.max_time")
+            rank_zero_warn(f"data.anneal_fraction={self.anneal_fraction}: no annealing phase in this run; it needs "
+                           "trainer.max_steps (the phase is a share of the run's steps), and trainer.max_time is set")
+            return None
         total = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
         return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed,
                              trainer.world_size, trainer.global_rank)

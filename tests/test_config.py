@@ -54,7 +54,7 @@ def test_every_entry_point_samples_with_the_same_defaults():
 
     defaults = SamplingOptions()
     want = {k: getattr(defaults, k) for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed")}
-    assert want["temperature"] == 1.0 and want["top_p"] == 0.9 and want["top_k"] == 200
+    assert want["temperature"] == 1.05 and want["top_p"] == 0.9 and want["top_k"] == 200
     for cfg in (OmegaConf.load(ROOT / "conf" / "sample.yaml"), OmegaConf.load(ROOT / "conf" / "evaluate.yaml")):
         assert {k: cfg[k] for k in want} == want
     logger = instantiate(compose_train().callbacks.evaluation)  # PoemEvaluationLogger

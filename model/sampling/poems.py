@@ -47,7 +47,7 @@ class SamplingOptions:
     prompt: str = ""
     num_samples: int = 1
     max_new_tokens: int = 200
-    temperature: float = 1.0
+    temperature: float = 1.05
     top_k: int | None = 200
     top_p: float | None = 0.9
     seed: int = 1337

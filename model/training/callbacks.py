@@ -213,7 +213,7 @@ class PoemEvaluationLogger(L.Callback):
     def __init__(self, corpus_path: str, num_samples: int = 16,
                  sets: Sequence[str] = ("free", "form", "rhyme", "meter", "soft"),
                  forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200,
-                 max_new_tokens: int = 200, temperature: float = 1.0, top_k: int | None = 200,
+                 max_new_tokens: int = 200, temperature: float = 1.05, top_k: int | None = 200,
                  top_p: float | None = 0.9, seed: int = 1337):
         sample_requests(sets, forms)  # raises for unknown names, before training
         self.corpus_path, self.sets, self.forms, self.reference = corpus_path, list(sets), list(forms), reference
