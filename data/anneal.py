@@ -26,7 +26,7 @@ ANNEAL_MIXES = ("rhymed", "forms")
 def rhymed_poem_starts(tokens: np.ndarray, tokenizer: Tokenizer, script: str) -> np.ndarray:
     """The offsets of the `<bos>` of every poem in a token array whose even lines rhyme,
     `(n,) int64` in array order. raises ValueError for an unknown script."""
-    return np.array([s for s, text in _poems(tokens, tokenizer) if poem_rhyme_groups(text, script)], dtype=np.int64)
+    return _rhymed(_poems(tokens, tokenizer), script)
 
 
 def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: Tokenizer, script: str,
@@ -43,8 +43,7 @@ def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: 
     if mix not in ANNEAL_MIXES:
         raise ValueError(f"data.anneal_mix={mix!r} is not one of {ANNEAL_MIXES}")
     poems = _poems(tokens, tokenizer)
-    rhymed = np.array([s for s, text in poems if poem_rhyme_groups(text, script)], dtype=np.int64)
-    windows = np.flatnonzero(np.isin(window_starts, rhymed))
+    windows = np.flatnonzero(np.isin(window_starts, _rhymed(poems, script)))
     if mix == "rhymed":
         return windows
     form = {s: form_of(text) for s, text in poems}
@@ -56,6 +55,11 @@ def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: 
         if len(pool):
             drawn.append(np.resize(rng.permutation(pool), round(all_forms.count(name) / len(all_forms) * len(windows))))
     return np.concatenate(drawn) if drawn else windows
+
+
+def _rhymed(poems: list[tuple[int, str]], script: str) -> np.ndarray:
+    """The offsets of the poems (`_poems`) whose even lines rhyme, `(n,) int64`."""
+    return np.array([s for s, text in poems if poem_rhyme_groups(text, script)], dtype=np.int64)
 
 
 def _poems(tokens: np.ndarray, tokenizer: Tokenizer) -> list[tuple[int, str]]:
