@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -36,6 +37,8 @@ from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_enc
 from data.verse.plan import plan_labels, poem_ids
 from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import TRAIN_WINDOWS, VAL_WINDOWS, PoemWindows, Windows, poem_subset, train_starts
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")
@@ -267,8 +270,8 @@ class PoetryDataModule(L.LightningDataModule):
         if not self.anneal_fraction:
             return None
         if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks):
-            rank_zero_warn(f"data.anneal_fraction={self.anneal_fraction}: no annealing phase in this run; it needs "
-                           "trainer.max_steps (the phase is a share of the run's steps), and trainer.max_time is set")
+            rank_zero_only(log.warning)(f"data.anneal_fraction={self.anneal_fraction}: no annealing phase in this run; "
+                                        "it needs trainer.max_steps (the phase is a share of the run's steps)")
             return None
         total = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
         return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed,

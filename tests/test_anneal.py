@@ -97,7 +97,7 @@ def test_a_resumed_loader_continues_the_annealed_order_exactly(num_replicas, ran
         assert served + [b.tolist() for b in resumed] == uninterrupted, f"stopped after batch {stop}"
 
 
-def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus, tmp_path):
+def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus, tmp_path, caplog):
     dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=8, batch_size=4,
                           anneal_fraction=0.5)
     dm.prepare_data()
@@ -114,8 +114,9 @@ def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus,
             matches = [s for s in rhymed if np.array_equal(dm.tokens("train")[s:s + 8], row.numpy())]
             assert matches, row
     dm.trainer = Trainer(max_time="00:00:01:00", logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    with pytest.warns(UserWarning, match="no annealing phase in this run; it needs trainer.max_steps"):
+    with caplog.at_level("WARNING", logger="data.datamodule"):
         assert isinstance(dm.train_dataloader().sampler, RandomSampler)  # budget mode: every window, as without it
+    assert "data.anneal_fraction=0.5: no annealing phase in this run; it needs trainer.max_steps" in caplog.text
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"data.anneal_fraction=.* is not in \[0, 1\)"):
             PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=bad)

@@ -87,7 +87,7 @@ def test_sigterm_after_10_steps_then_resume_gives_the_uninterrupted_run(uninterr
 def test_a_run_stopped_in_its_annealing_phase_resumes_it_exactly(uninterrupted, tmp_path, monkeypatch):
     """data.anneal_fraction=0.5: the last 10 steps draw rhymed poems only; stopped at step 13
     and resumed, the run gets the batches and weights of one never stopped."""
-    run, rec = [*RUN, "+data.anneal_fraction=0.5"], Recorder(monkeypatch)
+    run, rec = [*RUN, "data.anneal_fraction=0.5"], Recorder(monkeypatch)
     cfg = lambda part, *extra: make_train_cfg(tmp_path / part, uninterrupted.corpus, monkeypatch)(*run, *extra)  # noqa: E731
     reference = SimpleNamespace(batches=rec.run(cfg("ref")), weights=weights(tmp_path / "ref/checkpoints/test/last.ckpt"))
     starts = {s: reference.batches[s][:, 0] for s in range(20)}  # each window's first token; <bos> is 0
