@@ -12,11 +12,11 @@ id, title, author, form, split, text) and its counts (`stats.json` for the Tang 
 `song-stats.json`). The text stays in traditional script; the data module converts it with
 OpenCC when it prepares tokens.
 
-The Song files repeat Tang poems (the same text under both dynasties), so the Song corpus is
-built against the shipped Tang one (`--tang`) and leaks nothing into either validation split:
-a Song poem whose body equals a Tang body (either split) after script conversion and with
-punctuation removed (`body_keys`) is dropped, and so is a Song training poem whose body equals a
-Song validation body that way.
+No corpus trains on a validation body (the leakage rule): bodies are compared after script
+conversion and with punctuation removed (`body_keys`), and a training poem whose body equals a
+validation poem's of the same corpus is dropped. The Song files also repeat Tang poems (the same
+text under both dynasties), so the Song corpus is built against the shipped Tang one (`--tang`)
+and a Song poem whose body equals a Tang body (either split) is dropped too.
 """
 from __future__ import annotations
 
@@ -121,8 +121,7 @@ def build(source: Path, dynasty: str = "tang", tang: list[dict] | None = None) -
                 "id": record["id"], "title": record.get("title", ""), "author": record.get("author", ""),
                 "form": form_of(text), "split": split_of(record["id"]), "text": text,
             })
-    if tang is not None:
-        poems = drop_leaks(poems, tang, dropped)
+    poems = drop_leaks(poems, tang or [], dropped)
     stats = {
         "source_poems": sum(len(v) for v in files.values()),
         "kept": len(poems),
@@ -135,21 +134,22 @@ def build(source: Path, dynasty: str = "tang", tang: list[dict] | None = None) -
 
 
 def drop_leaks(poems: list[dict], tang: list[dict], dropped: Counter) -> list[dict]:
-    """`poems` (Song, in order) less those whose `body_keys` is a Tang poem's (`tang-duplicate`)
-    and the training poems whose `body_keys` is a kept validation poem's (`val-duplicate`)."""
+    """`poems` (in order) less those whose `body_keys` is a `tang` poem's (`tang-duplicate`; the
+    Song corpus, built against the Tang one; [] for the Tang corpus itself) and the training poems
+    whose `body_keys` is a kept validation poem's (`val-duplicate`). Counts go to `dropped`."""
     tang_keys = set(body_keys([p["text"] for p in tang]))
     keys = body_keys([p["text"] for p in poems])
     kept = [(p, k) for p, k in zip(poems, keys) if k not in tang_keys]
-    dropped["tang-duplicate"] += len(poems) - len(kept)
     val_keys = {k for p, k in kept if p["split"] == "val"}
     out = [p for p, k in kept if p["split"] == "val" or k not in val_keys]
-    dropped["val-duplicate"] += len(kept) - len(out)
+    dropped.update({k: n for k, n in (("tang-duplicate", len(poems) - len(kept)), ("val-duplicate", len(kept) - len(out)))
+                    if n})  # only the rules that dropped something are counted
     return out
 
 
 def leaks(poems: list[dict]) -> list[tuple[str, str]]:
     """(training id, validation id) of every training poem whose `body_keys` equals a validation
-    poem's: what `drop_leaks` removes from the Song corpus, and what the Tang corpus keeps."""
+    poem's: what `drop_leaks` removes; [] for every shipped corpus."""
     keys = body_keys([p["text"] for p in poems])
     val = {k: p["id"] for p, k in zip(poems, keys) if p["split"] == "val"}
     return [(p["id"], val[k]) for p, k in zip(poems, keys) if p["split"] == "train" and k in val]

@@ -79,6 +79,23 @@ def test_write_is_readable_and_atomic(source, tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stats.json", "tang.jsonl.xz"]
 
 
+def test_a_training_poem_with_a_validation_body_is_dropped(tmp_path):
+    """Issue 36, item 3: the leakage rule inside one corpus: a training poem whose body is a validation
+    poem's once marks are taken out and the script is simplified (栖/棲) is dropped, wherever it stands."""
+    from tests.test_song_corpus import ids_of
+
+    (val,), train = ids_of("val", 1, "v"), ids_of("train", 3, "w")
+    folder = tmp_path / "package" / "dist" / "quantangshi"
+    folder.mkdir(parents=True)
+    records = [poem(train[0], "宿鳥歸飛急，寒鴉棲復驚。"),  # before the validation poem, other marks and script
+               poem(val, "宿鳥歸飛急；寒鴉栖復驚！"), poem(train[1], "宿鳥歸飛急，寒鴉栖復驚。"),
+               poem(train[2], "白日依山盡，黃河入海流。")]
+    (folder / "poet.tang.0.json").write_text(json.dumps(records, ensure_ascii=False))
+    poems, stats = build(tmp_path / "package")
+    assert [p["id"] for p in poems] == [val, train[2]]
+    assert stats["dropped"] == {"val-duplicate": 2} and stats["split"] == {"val": 1, "train": 1}
+
+
 def test_shipped_corpus_matches_its_stats():
     """The real embedded corpus: size, licence, counts and the forms the issue expects."""
     path = CORPUS_DIR / "tang.jsonl.xz"
