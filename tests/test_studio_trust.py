@@ -74,6 +74,32 @@ def test_a_pages_ckpt_path_stays_inside_the_checkpoints_folder(local, ckpt, path
         assert call(local, "POST", "/generate", content=json.dumps({"ckpt_path": fine, "seed": 1})).status_code == 200
 
 
+def test_a_link_inside_the_folder_to_a_file_outside_is_refused_before_it_is_read(local, ckpt, monkeypatch, tmp_path):
+    """Issue 36, item 4: a run folder inside whose last.ckpt links outside (or a file link, or `last`
+    when that run is the newest): refused as outside; torch never opens the file."""
+    secret = tmp_path / "secret"  # outside the checkpoints folder, newer than every checkpoint in it
+    secret.write_bytes(b"not yours")
+    import model.studio.server as server
+
+    opened = []
+    real = server.load_engine
+    monkeypatch.setattr(server, "load_engine", lambda path, *a: opened.append(path) or real(path, *a))
+    run = ckpt.parents[1] / "linked"
+    run.mkdir()
+    (run / "last.ckpt").symlink_to(secret)
+    (ckpt.parents[1] / "passwd.ckpt").symlink_to(secret)
+    try:
+        for path in (str(run), str(run / "last.ckpt"), str(ckpt.parents[1] / "passwd.ckpt"), "last"):
+            r = call(local, "POST", "/generate", content=json.dumps({"ckpt_path": path}))
+            assert r.status_code == 400, path
+            assert r.json()["error"].startswith(f"error: ckpt_path={path} is outside {ckpt.parents[1]}: ")
+        assert opened == []
+    finally:
+        (run / "last.ckpt").unlink()
+        run.rmdir()
+        (ckpt.parents[1] / "passwd.ckpt").unlink()
+
+
 def test_allowed_folders_add_folders(ckpt, tmp_path):
     other = write_checkpoint(tmp_path / "elsewhere" / "run" / "last.ckpt")
     client = TestClient(create_app(ckpt.parents[1], device="cpu", allowed_folders=(str(tmp_path / "elsewhere"),)),

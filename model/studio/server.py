@@ -241,10 +241,15 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         """ckpt: a request's ckpt_path (None: the studio's own; `last`: the newest in the checkpoints folder);
         ablate, mode: heads switched off, each combination an engine of its own (poems being written keep theirs).
         raises ValueError for one outside `folders`, or a head the model does not have."""
+        outside = ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads "
+                             "checkpoints there only (studio.py allowed_folders=[…] adds a folder)")
         if ckpt and ckpt != "last" and not inside(Path(ckpt), folders):
-            raise ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads checkpoints "
-                             "there only (studio.py allowed_folders=[…] adds a folder)")
+            raise outside  # before a file outside is even looked for
         path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
+        if ckpt:  # the file that will be opened (a run folder's last.ckpt, links followed) is the one checked
+            path = path.resolve()
+            if not inside(path, folders):
+                raise outside
         return load(str(path), path.stat().st_mtime_ns, ablate, mode if ablate else "zero"), path
 
     async def index(request: Request) -> HTMLResponse:
