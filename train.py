@@ -31,7 +31,7 @@ from model.training.checkpoints import (
     check_same_workers,
     load_checkpoint,
 )
-from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted
+from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted, collective_failure
 from model.training.lit import LitGPT
 from model.training.progress import StepProgressBar
 from model.training.runtime import (
@@ -41,6 +41,8 @@ from model.training.runtime import (
     check_new_run_folder,
     compile_or_eager,
     config_sha,
+    ddp_strategy,
+    die_with_launcher,
     instantiate_loggers,
     launch_id,
     resolve_precision,
@@ -69,6 +71,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
+    ddp_strategy(cfg.trainer, cfg.collective_timeout)
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
@@ -113,6 +116,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     except SIGTERMException:  # Lightning's own handler: SIGTERM came before training started
         raise TrainingInterrupted(signal.SIGTERM) from None
+    except RuntimeError as err:  # a collective that stalled past collective_timeout or lost its peer: one line
+        if (failed := collective_failure(err, cfg.collective_timeout)) is None:
+            raise
+        raise failed from None
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger):
             lg.experiment.finish()  # flush the run now, so sweeps in one process get separate runs
@@ -128,4 +135,5 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     sys.argv = quote_non_ascii_overrides(sys.argv)
     exit_on_user_error(launch_id)()  # torchrun across nodes without --rdzv-id: one line, before Hydra
+    die_with_launcher()  # a rank whose launcher dies gets SIGTERM: no orphan
     main()

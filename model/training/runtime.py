@@ -3,6 +3,7 @@ the attention backend check, the run's unique name, validation interval in optim
 Kept apart so `train.py` only wires."""
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -10,7 +11,9 @@ import netrc
 import os
 import re
 import secrets
+import signal
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +54,21 @@ def launch_id() -> str | None:
     if "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
         return f"slurm-{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
     return None
+
+
+def die_with_launcher() -> None:
+    """In a DDP rank (started by torchrun, srun or Lightning's rank 0: `launch_id` or
+    `MINGYUE_RUN_NAME` set), asks Linux to send this process SIGTERM when the process that started it
+    dies (prctl PR_SET_PDEATHSIG), so a rank never outlives a launcher killed by SIGKILL; its
+    SIGTERM handling then stops it (`StopOnSignal`, within `STOP_GRACE` even when stalled). Exits
+    with status 143 at once if that process has already gone. Nothing elsewhere (other systems, a
+    process that is not a rank)."""
+    if not sys.platform.startswith("linux") or not (launch_id() or os.environ.get(RUN_NAME_ENV)):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the launcher died before the request was made
+        raise SystemExit(143)
 
 
 def launch_rank() -> int:
@@ -177,6 +195,39 @@ def default_config_sha() -> str:
 
     with initialize_config_dir(str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
         return config_sha(compose("train"))
+
+
+def several_processes(trainer_cfg: DictConfig) -> bool:
+    """Whether Lightning will train this trainer config in several processes: a torchrun or srun
+    launch, `num_nodes` > 1, more than one device asked for (an int or a list), or `devices: auto`
+    (or -1) where the accelerator may be a GPU and there are several CUDA GPUs."""
+    devices, accelerator = trainer_cfg.get("devices", "auto"), str(trainer_cfg.get("accelerator", "auto"))
+    if launch_id() or int(trainer_cfg.get("num_nodes") or 1) > 1:
+        return True
+    if devices in ("auto", -1, "-1"):
+        return accelerator in ("auto", "gpu", "cuda") and torch.cuda.device_count() > 1
+    if isinstance(devices, str):
+        devices = [d for d in devices.split(",") if d.strip()] if "," in devices else int(devices)
+    return (len(devices) if not isinstance(devices, int) else devices) > 1
+
+
+def ddp_strategy(trainer_cfg: DictConfig, collective_timeout: float) -> None:
+    """Under several processes (`several_processes`), a `strategy` of `auto` or `ddp` becomes
+    Lightning's DDPStrategy, in place, with
+    - `find_unused_parameters=True`: a parameter may take no part in one rank's step (the adaptive
+      head scores only the clusters its batch's targets fall in; the rhyme loss needs a rhyme
+      slot), and DDP's gradient all-reduces pair up only when every rank knows which did not, so
+      the ranks would wait for each other for ever. A parameter no rank used keeps no gradient,
+      as on one process; the cost per step: docs/benchmarks.md, "DDP step".
+    - `timeout`: `collective_timeout` seconds, the process group's limit on any collective (torch's
+      own is 30 minutes): a stalled rank, a dead peer or a lost node ends every rank after it.
+    Any other strategy is left as it is. raises ValueError for a timeout that is not positive."""
+    if not collective_timeout or collective_timeout <= 0:
+        raise ValueError(f"collective_timeout={collective_timeout} must be a positive number of seconds")
+    if str(trainer_cfg.get("strategy", "auto")) not in ("auto", "ddp") or not several_processes(trainer_cfg):
+        return
+    trainer_cfg.strategy = {"_target_": "lightning.pytorch.strategies.DDPStrategy", "find_unused_parameters": True,
+                            "timeout": {"_target_": "datetime.timedelta", "seconds": float(collective_timeout)}}
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
