@@ -153,11 +153,11 @@ class CollectiveFailed(SystemExit):
 
 
 def collective_failure(err: BaseException, timeout: float) -> CollectiveFailed | None:
-    """The one-line error for `err` if it is a failed collective of an initialised process group (gloo's
-    'Timed out waiting …' or 'Application timeout caused pair closure', a lost connection, torch's
-    DistError), else None. The collective is
-    named from the traceback: the torch.distributed / DDP functions it passed through, or DDP's
-    gradient all-reduce when it failed in backward."""
+    """The one-line error for `err` if it is a failed collective of an initialised process group
+    (gloo's 'Timed out waiting …' or 'Application timeout caused pair closure', a lost connection,
+    torch's DistError), else None. The collective is named from the traceback: the outermost and
+    innermost torch.distributed / DDP functions it passed through, or DDP's gradient all-reduce when
+    it failed in backward. timeout: `collective_timeout`, the seconds it waited."""
     import torch.distributed as dist
 
     message = str(err)
@@ -165,8 +165,8 @@ def collective_failure(err: BaseException, timeout: float) -> CollectiveFailed |
                                                          message, re.IGNORECASE)
     if not (ours and dist.is_available() and dist.is_initialized()):
         return None
-    frames = [f.filename.replace(os.sep, "/") for f in traceback.extract_tb(err.__traceback__)]
-    names = [f.name for f in traceback.extract_tb(err.__traceback__)]
+    stack = traceback.extract_tb(err.__traceback__)
+    frames, names = [f.filename.replace(os.sep, "/") for f in stack], [f.name for f in stack]
     inside = [i for i, f in enumerate(frames) if re.search(r"torch/(distributed|nn/parallel)/", f)]
     if inside:
         what = "the collective " + " → ".join(dict.fromkeys(names[i] for i in (inside[0], inside[-1])))
