@@ -9,7 +9,10 @@ random token ids, in bf16 autocast on CUDA and float32 on the CPU, and reports t
 = achieved FLOP/s ÷ the device's peak. FLOPs per token: 6 × parameters in matrix products plus
 the attention's 6 · n_layer · block_size · n_embd (Kaplan et al. 2020 / PaLM appendix B; the
 adaptive softmax's output layer counts the clusters a token actually uses, at the training
-data's frequencies). Writes `benchmarks/results/mfu-<device>.json`.
+data's frequencies). The vocabulary is the trained one: the corpus's characters, `<bos>`, `<eos>`
+and the 36 plan tokens. Writes `benchmarks/results/mfu-<device>.json` with the machine and its
+CPU time other processes used when the timing started (`model.device.machine_load`): a figure taken beside another busy
+process is refused, as the first CPU figure (20,121.8 ms a step, 160× slow) was not.
 """
 from __future__ import annotations
 
@@ -25,14 +28,21 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from model.device import describe  # noqa: E402
+from data.verse.plan import plan_labels  # noqa: E402
+from model.device import describe, machine_load  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 from model.training.lit import build_optimizer  # noqa: E402
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "RTX 4090": 165.0}
 """Dense bf16 tensor-core peaks (vendor data sheets, without sparsity), by a substring of the GPU name."""
-VOCAB = {"tiny": 8164, "small": 11660}  # character vocabularies: data=tang (the default), data=tang+song (small_gpu's)
+VOCAB = {name: chars + 2 + len(plan_labels()) for name, chars in (("tiny", 8162), ("small", 11658))}
+"""Trained vocabularies: the characters of data=tang (the default's) or data=tang+song (small_gpu's),
+`<bos>`, `<eos>` and the plan tokens (data/corpus/README.md)."""
 HEAD_SHARE = (0.949, 0.044, 0.007)  # training tokens in the adaptive head, first and second tail cluster
+
+
+BUSY = 0.2
+"""The share of CPU time other processes may use when a CPU timing starts (`machine_load`)."""
 
 
 def model_config(name: str) -> tuple[GPTConfig, dict]:
@@ -75,7 +85,12 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=128)  # experiment=small_gpu's data.batch_size
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--out", type=Path, default=None, help="the JSON (default: benchmarks/results/mfu-<device>.json)")
     args = p.parse_args(argv)
+    load = machine_load()
+    if args.device == "cpu" and load is not None and load > BUSY:
+        raise SystemExit(f"error: other processes used {load:.0%} of this machine's CPU time just now; a CPU timing "
+                         "beside them measures them too. Run it on a quiet machine")
     cfg, optim = model_config(args.model)
     if args.device != "cuda":
         cfg.backend = "sdpa"
@@ -102,13 +117,13 @@ def main(argv=None) -> None:
     achieved = tokens_per_sec * flops_per_token(cfg)
     peak = peak_flops(args.device)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    result = {"machine": describe(args.device), "model": args.model, "device": device, "batch": args.batch,
-              "block_size": cfg.block_size,
+    result = {"machine": describe(args.device), "others_cpu_share": load, "model": args.model, "device": device,
+              "batch": args.batch, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size,
               "ms_per_step": round(seconds * 1e3, 2), "tokens_per_sec": round(tokens_per_sec),
               "flops_per_token": round(flops_per_token(cfg)), "achieved_tflops": round(achieved / 1e12, 3),
               "mfu": None if peak is None else round(achieved / peak, 4)}
     print(json.dumps(result, indent=2))
-    out = ROOT / "benchmarks" / "results" / f"mfu-{args.device}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / f"mfu-{args.device}.json"
     out.write_text(json.dumps(result, indent=2))
 
 

@@ -52,6 +52,29 @@ def outdated(res: dict, sha: str) -> list[str]:
             if name in res and (got := get(res[name])) != sha]
 
 
+def unrecorded_machines(res: dict) -> list[str]:
+    """The result files that do not say which machine measured them (`machine`, or `meta.machine`)."""
+    return [f"{name}.json" for name, r in res.items()
+            if not (isinstance(r, dict) and (r.get("machine") or (r.get("meta") or {}).get("machine")))]
+
+
+MFU_LIMIT = 2.0
+"""How many times the default run's step time (`fixed-time-cpu.json`) the CPU throughput figure may be
+before `--check` calls it measured beside other work (the first one was 160×)."""
+
+
+def implausible(res: dict) -> list[str]:
+    """The CPU step-time figures that disagree with the default run's on the same kind of machine by more
+    than MFU_LIMIT times, either way."""
+    if "mfu-cpu" not in res or "fixed-time-cpu" not in res:
+        return []
+    default = res["fixed-time-cpu"]["runs"]["default"]
+    ratio = res["mfu-cpu"]["ms_per_step"] / (1000 * default["wall_seconds"] / default["steps"])
+    return [] if 1 / MFU_LIMIT <= ratio <= MFU_LIMIT else [
+        f"mfu-cpu.json ({ratio:.1f}× the default run's step time; re-run `python benchmarks/mfu.py --model tiny "
+        f"--device cpu --batch 32` on a quiet machine)"]
+
+
 def load(results_dir: Path = RESULTS) -> dict[str, dict]:
     """{file stem: parsed JSON} of every `*.json` in results_dir."""
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(results_dir.glob("*.json"))}
@@ -266,8 +289,9 @@ def mfu(res: dict, device: str = "cpu") -> str:
     f = res[f"mfu-{device}"]
     default = res["fixed-time-cpu"]["runs"]["default"]
     default_ms = 1000 * default["wall_seconds"] / default["steps"]
-    compared = (f"Its {n(f['ms_per_step'])} ms per step is {f['ms_per_step'] / default_ms:.0f}× the default run's "
-                f"{n(default_ms)} ms (wall-clock ÷ steps, above): rerun it on an idle machine before reading it.")
+    compared = (f"Its {n(f['ms_per_step'])} ms per step is {f['ms_per_step'] / default_ms:.2f}× the default run's "
+                f"{n(default_ms)} ms (wall-clock ÷ steps, above); `python -m benchmarks.report --check` fails "
+                f"beyond {MFU_LIMIT:g}× either way, and `mfu.py` refuses to time the CPU while other processes use it.")
     return section(
         "Throughput and MFU",
         f"`python benchmarks/mfu.py --model {f['model']} --device {f['device']} --batch {f['batch']}`: training steps "
@@ -539,6 +563,20 @@ def ablation(res: dict) -> str:
         "ablation-cpu", a.get("machine"), table(["heads off", "heads", "median ms", "ratio"], rows))
 
 
+def ddp_step(res: dict) -> str:
+    d = res["ddp-step-cpu"]
+    rows = [[f"`{r['variant']}`", n(r["ms_per_step"], 1), ", ".join(n(t, 1) for t in r["runs_ms"]),
+             f"{r['vs_find_unused_false']:.3f}×"] for r in d["rows"]]
+    return section(
+        "A DDP step: parameters a rank did not use",
+        f"`python benchmarks/ddp_step.py`: training steps of the default model in {n(d['processes'])} gloo processes "
+        f"of one thread, {n(d['batch'])} windows a rank, {n(d['steps'])} steps a run, the variants alternating over "
+        f"{n(d['rounds'])} rounds (median of the rounds' medians); `one process` is the default run's own step "
+        f"({n(d['processes'])} threads, no DDP). `find_unused=True` is what several processes get "
+        "([training](training.md#several-gpus-and-nodes)).",
+        "ddp-step-cpu", d.get("machine"), table(["variant", "ms per step", "rounds", "vs find_unused=False"], rows))
+
+
 def rhyme_levers(res: dict) -> str:
     r = res.get("rhyme-levers-cpu")
     if r is None:
@@ -568,7 +606,7 @@ def pending(name: str, command: str) -> str:
             f"run's checkpoint; then regenerate this page:\n\n```bash\n{PENDING_RUN}\n```")
 
 
-SECTIONS = (default_run, fixed_time, levers, overhead, attention, sampling, studio, tokenizers, mfu, evaluation,
+SECTIONS = (default_run, fixed_time, levers, overhead, ddp_step, attention, sampling, studio, tokenizers, mfu, evaluation,
             attention_maps, ablation, rhyme_levers, poet_levers, data_constrained, gpu_recipe, gpu)
 
 
@@ -711,6 +749,13 @@ def main(argv: list[str] | None = None) -> int:
         if bad := stale(args.results):
             print("error: out of date with the JSON: " + ", ".join(str(b.relative_to(ROOT)) for b in bad)
                   + "; run `python -m benchmarks.report`", file=sys.stderr)
+            failed = 1
+        if missing := unrecorded_machines(load(args.results)):
+            print(f"error: no machine recorded in {', '.join(missing)}: re-run the benchmark that wrote it "
+                  "(docs/benchmarks.md)", file=sys.stderr)
+            failed = 1
+        if odd := implausible(load(args.results)):
+            print(f"error: measured beside other work? {', '.join(odd)}", file=sys.stderr)
             failed = 1
         if old := outdated(load(args.results), sha := default_config_sha()):
             print(f"error: measured on another default than today's (config_sha {sha[:12]}): {', '.join(old)}; "

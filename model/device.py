@@ -5,9 +5,27 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 import torch
+
+
+def machine_load(seconds: float = 1.0) -> float | None:
+    """The share of the machine's CPU time (0–1, all cores) that other processes used over the next
+    `seconds` while this one sleeps, from /proc/stat; None where there is no /proc/stat. A timing
+    taken when this is well above 0 measures the other work as much as its own."""
+    def ticks() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return sum(values), values[3] + values[4]  # all, idle + iowait
+
+    try:
+        total0, idle0 = ticks()
+        time.sleep(seconds)
+        total1, idle1 = ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(1 - (idle1 - idle0) / max(total1 - total0, 1), 3)
 
 
 def describe(device: str = "cpu") -> str:

@@ -53,6 +53,23 @@ def test_results_of_the_default_run_measured_on_another_default_fail_the_check(r
     assert "python benchmarks/fixed_time.py" in err
 
 
+def test_a_result_without_its_machine_or_far_from_the_default_runs_step_fails_the_check(results, capsys):
+    """Issue 36, item 5: the CPU throughput figure was 20,121.8 ms a step, 160× the default run's, with
+    no machine recorded."""
+    assert report.unrecorded_machines(report.load(results)) == [] and report.implausible(report.load(results)) == []
+    edit(results, "ddp-step-cpu", lambda d: d.pop("machine"))
+    edit(results, "mfu-cpu", lambda d: d.update(ms_per_step=20121.78))
+    assert report.unrecorded_machines(report.load(results)) == ["ddp-step-cpu.json"]
+    assert report.main(["--check", "--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert "error: no machine recorded in ddp-step-cpu.json: re-run the benchmark that wrote it" in err
+    default = json.loads((results / "fixed-time-cpu.json").read_text())["runs"]["default"]
+    ratio = 20121.78 / (1000 * default["wall_seconds"] / default["steps"])
+    assert f"error: measured beside other work? mfu-cpu.json ({ratio:.1f}× the default run's step time;" in err
+    edit(results, "mfu-cpu", lambda d: d.update(ms_per_step=1.0))  # too fast is as suspect
+    assert report.implausible(report.load(results))[0].startswith("mfu-cpu.json (0.0×")
+
+
 def test_a_figure_in_a_single_section_is_checked_too(results):
     edit(results, "sampling-cpu", lambda d: d["rows"][3].update(cache_tokens_per_sec=999.0))
     assert report.stale(results) == [report.PAGES["results"]]
