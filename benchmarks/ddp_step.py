@@ -113,6 +113,7 @@ def worker(rank: int, world: int, port: int, variant: str, batch: int, steps: in
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a process group's rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

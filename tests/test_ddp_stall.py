@@ -137,6 +137,8 @@ def test_several_processes_get_a_ddp_strategy_told_of_unused_parameters_and_the_
     assert fsdp.strategy == "fsdp"  # another strategy is the user's choice
     with pytest.raises(ValueError, match=r"^collective_timeout=0 must be a positive number of seconds$"):
         ddp_strategy(trainer(), 0)
+    with pytest.raises(ValueError, match=r"^collective_timeout=five must be a positive number of seconds$"):
+        ddp_strategy(trainer(), "five")
 
 
 def test_only_a_failed_collective_of_a_process_group_becomes_the_one_line(monkeypatch):

@@ -222,7 +222,8 @@ def ddp_strategy(trainer_cfg: DictConfig, collective_timeout: float) -> None:
     - `timeout`: `collective_timeout` seconds, the process group's limit on any collective (torch's
       own is 30 minutes): a stalled rank, a dead peer or a lost node ends every rank after it.
     Any other strategy is left as it is. raises ValueError for a timeout that is not positive."""
-    if not collective_timeout or collective_timeout <= 0:
+    if isinstance(collective_timeout, bool) or not isinstance(collective_timeout, (int, float)) \
+            or not collective_timeout > 0:
         raise ValueError(f"collective_timeout={collective_timeout} must be a positive number of seconds")
     if str(trainer_cfg.get("strategy", "auto")) not in ("auto", "ddp") or not several_processes(trainer_cfg):
         return
