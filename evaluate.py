@@ -89,7 +89,7 @@ def evaluate(cfg: DictConfig) -> dict:
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
-              "config_sha": engine.config_sha,
+              "weights_sha": engine.weights_sha,
               "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),

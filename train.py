@@ -22,7 +22,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.gpt import MODEL_FIELDS
 from model.loading import find_checkpoint, head_for_vocabulary, load_weights
 from model.training.checkpoints import (
     AtomicCheckpointIO,
@@ -32,7 +31,7 @@ from model.training.checkpoints import (
     load_checkpoint,
 )
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted, collective_failure
-from model.training.lit import LitGPT
+from model.training.lit import LitGPT, model_settings
 from model.training.progress import StepProgressBar
 from model.training.runtime import (
     OneRunOnEveryRank,
@@ -40,7 +39,6 @@ from model.training.runtime import (
     check_attention_backend,
     check_new_run_folder,
     compile_or_eager,
-    config_sha,
     ddp_strategy,
     die_with_launcher,
     instantiate_loggers,
@@ -64,10 +62,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     checkpoints; NonFiniteLossError (a ValueError) at the first NaN loss; TrainingInterrupted
     (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
-    sha = config_sha(cfg)  # before anything below resolves a setting in place
     L.seed_everything(cfg.seed, workers=True)
-    shape = OmegaConf.to_container(cfg.model, resolve=True)
-    model_cfg = {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
+    model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
@@ -103,7 +99,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
-    model.config_sha = sha  # in every checkpoint: which config the run is, for the results that describe it
     model.corpora = datamodule.corpora_record()  # and which corpora, so evaluate.py rebuilds the same data
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
         load_weights(model, saved["state_dict"], ckpt_path)

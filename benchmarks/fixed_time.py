@@ -25,9 +25,9 @@ held-out protocols (`data.val_windows`): `poems` (every held-out poem from its o
 and `blocks` (non-overlapping 64-token windows of `val.bin`, the protocol of nanoGPT's
 figures). Both count the same 145,210 held-out characters. Prints a table and writes
 `benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`),
-with the commit and, for each default run, its training config's `config_sha`
-(`model.training.runtime.config_sha`): `python -m benchmarks.report --check` fails when the
-default has changed since.
+with the commit and, for each default run, its config's behaviour (`model.training.fingerprint`)
+and its checkpoint's `weights_sha`: `python -m benchmarks.report --check` fails when the
+default's behaviour has changed since.
 """
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ from model.device import describe as machine  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.gpt import MODEL_FIELDS  # noqa: E402
 from model.loading import load_engine, read_checkpoint  # noqa: E402
+from model.training.fingerprint import fingerprint  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
 from model.training.validation import validation_metrics  # noqa: E402
 
@@ -167,7 +168,8 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
-            "peak_rss_mib": round(peak_mib), "config_sha": engine.config_sha,
+            "peak_rss_mib": round(peak_mib), "fingerprint": fingerprint(default_config(*overrides)),
+            "weights_sha": engine.weights_sha,
             "checkpoint": str(ckpt.relative_to(ROOT)), **score(engine)}
 
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from data.verse.plan import poem_rhyme_groups
-from model.training.runtime import default_config_sha
+from model.training.fingerprint import default_fingerprint, differences
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -39,17 +39,22 @@ PENDING_RUN = ("python benchmarks/fixed_time.py  # the default run, checkpoints/
 """How every result that describes the default run is made, from one run."""
 
 
-DESCRIBE_DEFAULT = {"fixed-time-cpu": lambda j: j["runs"]["default"].get("config_sha"),
-                    "evaluate-default-cpu": lambda j: j.get("config_sha"),
-                    "attention-maps-default-cpu": lambda j: j.get("config_sha")}
-"""The results that describe the default run, and where each records the `config_sha` of the run it measured."""
+DESCRIBE_DEFAULT = ("fixed-time-cpu", "evaluate-default-cpu", "attention-maps-default-cpu")
+"""The results that describe the default run: fixed-time's records the run's behaviour (`fingerprint`)
+and its checkpoint's `weights_sha`; the others the `weights_sha` of the checkpoint they measured."""
 
 
-def outdated(res: dict, sha: str) -> list[str]:
-    """The results of DESCRIBE_DEFAULT measured on another training config than `sha` (today's
-    default: `model.training.runtime.default_config_sha`), or that record none."""
-    return [f"{name}.json ({got[:12] if got else 'no config_sha'})" for name, get in DESCRIBE_DEFAULT.items()
-            if name in res and (got := get(res[name])) != sha]
+def outdated(res: dict, today: dict) -> list[str]:
+    """The results of DESCRIBE_DEFAULT that do not describe today's default: the default run's
+    fingerprint differs from `today` (`model.training.fingerprint.default_fingerprint`; the parts
+    named), or another result measured other weights than that run's checkpoint."""
+    if "fixed-time-cpu" not in res:
+        return []
+    run = res["fixed-time-cpu"]["runs"]["default"]
+    parts = differences(run.get("fingerprint"), today)
+    old = [f"fixed-time-cpu.json (trains otherwise: {', '.join(parts)})"] if parts else []
+    return old + [f"{name}.json (other weights than the default run's)" for name in DESCRIBE_DEFAULT[1:]
+                  if name in res and (old or res[name].get("weights_sha") != run.get("weights_sha"))]
 
 
 def unrecorded_machines(res: dict) -> list[str]:
@@ -757,8 +762,8 @@ def main(argv: list[str] | None = None) -> int:
         if odd := implausible(load(args.results)):
             print(f"error: measured beside other work? {', '.join(odd)}", file=sys.stderr)
             failed = 1
-        if old := outdated(load(args.results), sha := default_config_sha()):
-            print(f"error: measured on another default than today's (config_sha {sha[:12]}): {', '.join(old)}; "
+        if old := outdated(load(args.results), default_fingerprint()):
+            print(f"error: measured on another default than today's behaviour: {', '.join(old)}; "
                   "re-run them:\n" + PENDING_RUN, file=sys.stderr)
             failed = 1
         return failed

@@ -16,6 +16,7 @@ project writes hold nothing else (tests/test_checkpoint_safety.py).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import pickle
 import re
@@ -197,6 +198,17 @@ def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tab
     return gpt
 
 
+def weights_sha(state_dict: dict) -> str:
+    """SHA-256 (hex) of a checkpoint's weights: every tensor's name, dtype, shape and bytes, by name.
+    The same file gives the same digest on every machine: which weights a result measured."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous()
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "checkpoints", device: str = "cpu",
                 backend: str | None = None, ablate: Sequence[str] = (), ablate_mode: str = "zero",
                 corpus_path: str | Path | None = None) -> Engine:
@@ -223,7 +235,7 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     cfg = gpt.cfg
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
     engine = Engine(gpt, tokenizer, script, path)
-    engine.config_sha = ckpt.get("config_sha")
+    engine.weights_sha = weights_sha(ckpt["state_dict"])
     engine.corpora = ckpt.get("corpora")
     if ablate:
         if ablate_mode == "mean" and corpus_path is None:

@@ -40,16 +40,28 @@ def test_a_changed_figure_makes_the_check_fail(results, capsys):
     assert "`val/bpc` **7.43**" in page and row in page
 
 
-def test_results_of_the_default_run_measured_on_another_default_fail_the_check(results, capsys):
-    sha = report.default_config_sha()
-    for name in report.DESCRIBE_DEFAULT:  # as if all were measured on today's default
-        edit(results, name, lambda d: (d["runs"]["default"] if "runs" in d else d).update(config_sha=sha))
-    assert report.outdated(report.load(results), sha) == []
-    edit(results, "evaluate-default-cpu", lambda d: d.update(config_sha="0" * 64))
-    assert report.outdated(report.load(results), sha) == ["evaluate-default-cpu.json (000000000000)"]
+@pytest.fixture(scope="module")
+def today():
+    return report.default_fingerprint()
+
+
+def test_results_of_the_default_run_measured_on_another_behaviour_fail_the_check(results, capsys, today, monkeypatch):
+    """Issue 37, item 3: the committed figures describe today's default by behaviour; a recipe that trains
+    otherwise, or a figure of other weights, names the files and the commands that re-make them."""
+    assert report.outdated(report.load(results), today) == []
+    doubled = [[2 * lr for lr in s] for s in today["schedule"]["lr"]]
+    other = {**today, "schedule": {**today["schedule"], "lr": doubled}}
+    assert report.outdated(report.load(results), other) == [
+        "fixed-time-cpu.json (trains otherwise: schedule)",
+        "evaluate-default-cpu.json (other weights than the default run's)",
+        "attention-maps-default-cpu.json (other weights than the default run's)"]
+    edit(results, "evaluate-default-cpu", lambda d: d.update(weights_sha="0" * 64))
+    assert report.outdated(report.load(results), today) == [
+        "evaluate-default-cpu.json (other weights than the default run's)"]
+    monkeypatch.setattr(report, "default_fingerprint", lambda: today)
     assert report.main(["--check", "--results", str(results)]) == 1
     err = capsys.readouterr().err
-    assert f"measured on another default than today's (config_sha {sha[:12]}): evaluate-default-cpu.json" in err
+    assert "measured on another default than today's behaviour: evaluate-default-cpu.json" in err
     assert "python benchmarks/fixed_time.py" in err
 
 

@@ -98,14 +98,6 @@ def test_bf16_autocast_trains_like_float32():
     assert bf16[-1] < bf16[0] - 0.5  # it does learn
 
 
-def test_config_sha_names_the_settings_not_the_run_or_the_machine(train_cfg):
-    from model.training.runtime import config_sha
-
-    base = config_sha(train_cfg())
-    assert config_sha(train_cfg("run_name=other", "paths.log_dir=/elsewhere", "ckpt_path=last")) == base
-    assert config_sha(train_cfg("model.n_layer=3")) != base and config_sha(train_cfg("attention=naive")) != base
-
-
 def test_auto_precision_is_a_rule_said_once_that_draws_nothing(monkeypatch, caplog):
     """Issue 24, item 3: the same choice at every run and rank, even on a CPU with bfloat16 units."""
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True, "avx512_bf16": True}, raising=False)

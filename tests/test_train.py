@@ -210,16 +210,19 @@ def test_probe_line_outside_the_vocabulary_stops_before_training(train_cfg, monk
         train_script.train(cfg)
 
 
-def test_every_checkpoint_records_the_runs_config_sha(trained):
-    from model.loading import load_engine, read_checkpoint
-    from model.training.runtime import config_sha
+def test_a_loaded_checkpoint_names_its_weights(trained):
+    """`weights_sha`: what evaluate.py and attention_maps.py record, so that `benchmarks.report --check`
+    knows which run's weights they measured; the same file, the same digest; other weights, another."""
+    from model.loading import load_engine, read_checkpoint, weights_sha
 
     _, _, tmp_path = trained
-    with pytest.MonkeyPatch.context() as mp:  # the config as composed: a run resolves some settings in place
-        sha = config_sha(make_train_cfg(tmp_path, tmp_path / "corpus" / "tang.jsonl.xz", mp)())
-    assert len(sha) == 64 and all(read_checkpoint(p)["config_sha"] == sha
-                                  for p in (tmp_path / "checkpoints" / "test").glob("*.ckpt"))
-    assert load_engine(tmp_path / "checkpoints" / "test").config_sha == sha
+    last, best = tmp_path / "checkpoints" / "test" / "last.ckpt", next((tmp_path / "checkpoints" / "test").glob("best*"))
+    sha = load_engine(last).weights_sha
+    assert len(sha) == 64 and sha == weights_sha(read_checkpoint(last)["state_dict"])
+    state = read_checkpoint(last)["state_dict"]
+    state[next(iter(state))] = state[next(iter(state))] + 1e-3
+    assert weights_sha(state) != sha
+    assert load_engine(best).weights_sha in (sha, weights_sha(read_checkpoint(best)["state_dict"]))
 
 
 def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path, caplog):

@@ -26,11 +26,13 @@ import warnings
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Timer
+from omegaconf import OmegaConf
 from torchmetrics import SumMetric
 
 from data.tokenizer import tokenizer_from_state
 from data.windows import IGNORE
 from model.engine import Engine
+from model.gpt import MODEL_FIELDS
 from model.loading import build_gpt
 from model.training.muon import MuonAdamW
 
@@ -66,7 +68,6 @@ class LitGPT(L.LightningModule):
             tok = tokenizer_from_state(tokenizer)
             engine = Engine(build_gpt(model, tok, script), tok, script)
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
-        self.config_sha: str | None = None  # train.py's `config_sha` of the run, saved in its checkpoints
         self.corpora: dict | None = None  # the data module's `corpora_record`, saved in its checkpoints
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
@@ -94,10 +95,8 @@ class LitGPT(L.LightningModule):
             for name in names})
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Records `config_sha` (the run's training config, `model.training.runtime.config_sha`) and
-        the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are any."""
-        if self.config_sha is not None:
-            checkpoint["config_sha"] = self.config_sha
+        """Records the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are
+        any, and the training tokens seen."""
         if self.corpora:
             checkpoint["corpora"] = self.corpora
         if self.tokens_seen is not None:
@@ -197,6 +196,13 @@ class LitGPT(L.LightningModule):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def model_settings(cfg) -> dict:
+    """The model fields of a training config (conf/train.yaml composed): conf/model's GPTConfig fields
+    and conf/attention's backend, before the head is decided for the vocabulary."""
+    shape = OmegaConf.to_container(cfg.model, resolve=True)
+    return {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
 
 
 OPTIMIZERS = ("adamw", "muon")

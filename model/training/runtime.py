@@ -4,8 +4,6 @@ Kept apart so `train.py` only wires."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import logging
 import netrc
 import os
@@ -178,23 +176,6 @@ def run_name_for_all_ranks(run_name: str) -> Iterator[None]:
     finally:
         if not inherited:
             del os.environ[RUN_NAME_ENV]  # the next job of a multirun draws its own name
-
-
-def config_sha(cfg: DictConfig) -> str:
-    """The SHA-256 (hex) of a training config less `run_name`, `paths`, `hydra` and `ckpt_path`:
-    what a result that describes a run measured. Interpolations are kept as written (they name the
-    key that holds the value), so the hash is the same on every machine and in every folder."""
-    kept = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()
-            if k not in ("run_name", "paths", "hydra", "ckpt_path")}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def default_config_sha() -> str:
-    """`config_sha` of the default `python train.py` config (conf/train.yaml, no overrides)."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
-        return config_sha(compose("train"))
 
 
 def several_processes(trainer_cfg: DictConfig) -> bool:
