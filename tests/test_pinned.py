@@ -1,5 +1,6 @@
-"""Behaviour pinned across refactors: on seeded models with every poem input on (phonology,
-phon_output, structure, the rhyme loss), with the tied and the adaptive head, the logits, the
+"""Behaviour pinned across refactors: on seeded models with the default recipe's poem inputs
+(phonology, phon_output, structure with struct_recover, the rhyme loss at rhyme slots), with the
+tied and the adaptive head, the logits, the
 loss, per-token nats, `val/bpc`, the attention maps, the attention rows of generation and
 samples at a seed (with and without the KV cache, through its refills) equal the values in
 tests/data/pinned.json, written by this file's `python -m tests.test_pinned --write`.
@@ -27,7 +28,8 @@ from tests.conftest import write_corpus
 
 PINNED = Path(__file__).parent / "data" / "pinned.json"
 MODEL = dict(block_size=24, n_layer=2, n_head=2, n_embd=32, pos_emb="rope", mlp_act="relu2", zero_init_proj=True,
-             phonology=True, phon_output=True, structure=True, rhyme_loss_weight=0.1)
+             phonology=True, phon_output=True, structure=True, struct_recover=True, rhyme_loss_weight=0.1,
+             rhyme_loss_at="rhyme_slots")
 PROBE = "床前明月光，疑是地上霜。举头望明月，"
 
 
