@@ -1,11 +1,11 @@
-"""A final annealing phase on poems whose even lines rhyme (`data.anneal_fraction`, `data.anneal_mix`).
+"""A final annealing phase on poems whose even lines rhyme (`data.anneal_fraction`).
 
 The last share f of a run's training windows is drawn only from windows that start at the
 `<bos>` of a poem whose even lines' last characters share a 平水韵 level-tone group
 (`data.verse.plan.poem_rhyme_groups`, the rule evaluate.py's rhyme column uses); the rest
 from every window, as without it. Rhymed poems are more often short and regulated than the
-poets' poems are, so `mix='forms'` draws them so that each form keeps the share it has among
-all windows that start a poem. Why and what it did: docs/rhyme.md.
+poets' poems are, so they are drawn so that each form keeps the share it has among all
+windows that start a poem. Why and what it did: docs/rhyme.md.
 """
 from __future__ import annotations
 
@@ -20,32 +20,20 @@ from data.verse.plan import poem_rhyme_groups
 from data.verse.poetry import form_of
 from data.windows import poem_bounds
 
-ANNEAL_MIXES = ("rhymed", "forms")
-
-
-def rhymed_poem_starts(tokens: np.ndarray, tokenizer: Tokenizer, script: str) -> np.ndarray:
-    """The offsets of the `<bos>` of every poem in a token array whose even lines rhyme,
-    `(n,) int64` in array order. raises ValueError for an unknown script."""
-    return _rhymed(_poems(tokens, tokenizer), script)
-
 
 def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: Tokenizer, script: str,
-                      mix: str = "rhymed", seed: int = 0) -> np.ndarray:
+                      seed: int = 0) -> np.ndarray:
     """The windows the annealing phase draws from: `(m,) int64` indices into `window_starts`
     (the training windows' offsets in `tokens`).
 
-    mix='rhymed': each window that starts at a rhymed poem's `<bos>` (`rhymed_poem_starts`), once.
-    mix='forms': as many windows, drawn from those (numpy, `seed`; a form's windows repeat when it
-    has fewer than its share) so that each form (`data.verse.poetry.form_of`) has the share it
-    has among all windows that start a poem; a form with no rhymed poem is left out.
-    raises ValueError for another mix or an unknown script.
+    As many as there are windows that start at the `<bos>` of a poem whose even lines rhyme,
+    drawn from those (numpy, `seed`; a form's windows repeat when it has fewer than its share)
+    so that each form (`data.verse.poetry.form_of`) has the share it has among all windows that
+    start a poem (each form's count rounded); a form with no rhymed poem is left out.
+    raises ValueError for an unknown script.
     """
-    if mix not in ANNEAL_MIXES:
-        raise ValueError(f"data.anneal_mix={mix!r} is not one of {ANNEAL_MIXES}")
     poems = _poems(tokens, tokenizer)
-    windows = np.flatnonzero(np.isin(window_starts, _rhymed(poems, script)))
-    if mix == "rhymed":
-        return windows
+    windows = np.flatnonzero(np.isin(window_starts, [s for s, text in poems if poem_rhyme_groups(text, script)]))
     form = {s: form_of(text) for s, text in poems}
     all_forms = [form[s] for s in window_starts[np.isin(window_starts, list(form))].tolist()]
     rhymed_forms = np.array([form[s] for s in window_starts[windows].tolist()])
@@ -55,11 +43,6 @@ def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: 
         if len(pool):
             drawn.append(np.resize(rng.permutation(pool), round(all_forms.count(name) / len(all_forms) * len(windows))))
     return np.concatenate(drawn) if drawn else windows
-
-
-def _rhymed(poems: list[tuple[int, str]], script: str) -> np.ndarray:
-    """The offsets of the poems (`_poems`) whose even lines rhyme, `(n,) int64`."""
-    return np.array([s for s, text in poems if poem_rhyme_groups(text, script)], dtype=np.int64)
 
 
 def _poems(tokens: np.ndarray, tokenizer: Tokenizer) -> list[tuple[int, str]]:

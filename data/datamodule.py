@@ -31,12 +31,12 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-from data.anneal import ANNEAL_MIXES, AnnealSampler, annealing_windows
+from data.anneal import AnnealSampler, annealing_windows
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
 from data.verse.plan import plan_labels, poem_ids
 from data.verse.script import SCRIPTS, corpus_to_script
-from data.windows import TRAIN_WINDOWS, VAL_WINDOWS, PoemWindows, Windows, poem_subset, train_starts
+from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
 
 log = logging.getLogger(__name__)
 
@@ -50,41 +50,35 @@ class PoetryDataModule(L.LightningDataModule):
     corpus_path: `tang.jsonl.xz`; script: 'simplified' | 'traditional'; block_size: T;
     batch_size: B per device; cache_dir: where prepared arrays live (outside git);
     tokenizer: `{"kind": "char"}` (default) or `{"kind": "tiktoken", "encoding": <name or
-    .tiktoken path>}` (the `tokenizer` config group); train_windows: 'poems' (each window starts
-    at a poem's `<bos>`) | 'random' (any offset); val_windows: 'poems' (every held-out poem
-    scored from its `<bos>`) | 'blocks' (non-overlapping windows of the array, nanoGPT's).
+    .tiktoken path>}` (the `tokenizer` config group); training windows start at a poem's `<bos>`
+    (`train_starts`); val_windows: 'poems' (every held-out poem scored from its `<bos>`) |
+    'blocks' (non-overlapping windows of the array, nanoGPT's).
     Both validations score every held-out character once, so `val/bpc` counts the same text.
     seed: of the training order (the run's).
     plan_tokens: frame every poem as `<bos> <form> <rhyme> text <eos>` (`data/verse/plan.py`); the
     tokenizer then carries the plan tokens.
     train_corpora: the corpus files whose training splits are trained on, in order (None: corpus_path
-    alone; `data=song`, `data=tang+song`); corpus_path's validation split stays the reference
+    alone; `data=tang+song`); corpus_path's validation split stays the reference
     (`val/loss`, `val/bpc`), whatever is trained on. also_validate: {name: corpus file} whose
     validation splits are scored beside it (`val/<name>/loss`, `val/<name>/bpc`). The vocabulary
-    covers every corpus named. train_subset_tokens: train on whole poems of the training split
-    drawn at random (`poem_subset`, seed 0) up to this many tokens (None: all of it).
+    covers every corpus named.
     mid_poem_fraction: the share of training windows that start at a random offset (`train_starts`).
     anneal_fraction: the share of the run's last training windows drawn only from those that start
-    a poem whose even lines rhyme (`data/anneal.py`); a run without `trainer.max_steps` (budget mode)
-    has none, and says so.
-    anneal_mix: 'rhymed' (those windows as they come) | 'forms' (drawn so each form keeps its share
-    of the windows that start a poem; `annealing_windows`).
-    raises ValueError for an unknown script, tokenizer kind, windows or anneal mix, or a share outside [0, 1).
+    a poem whose even lines rhyme, each form in its share (`annealing_windows`); a run without
+    `trainer.max_steps` (budget mode) has none, and says so.
+    raises ValueError for an unknown script, tokenizer kind or val_windows, or a share outside [0, 1).
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
                  block_size: int = 64, batch_size: int = 32, num_workers: int = 0,
-                 tokenizer: Mapping | None = None, train_windows: str = "poems", val_windows: str = "poems",
-                 seed: int = 0, plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
-                 also_validate: Mapping[str, str] | None = None, train_subset_tokens: int | None = None,
-                 mid_poem_fraction: float = 0.0, anneal_fraction: float = 0.0,
-                 anneal_mix: str = "rhymed"):
+                 tokenizer: Mapping | None = None, val_windows: str = "poems", seed: int = 0,
+                 plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
+                 also_validate: Mapping[str, str] | None = None, mid_poem_fraction: float = 0.0,
+                 anneal_fraction: float = 0.0):
         super().__init__()
-        if train_windows not in TRAIN_WINDOWS:
-            raise ValueError(f"data.train_windows={train_windows!r} is not one of {TRAIN_WINDOWS}")
         if val_windows not in VAL_WINDOWS:
             raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
-        self.train_windows, self.val_windows = train_windows, val_windows
+        self.val_windows = val_windows
         if script not in SCRIPTS:
             raise ValueError(f"data.script={script!r} is not one of {sorted(SCRIPTS)}")
         self.tokenizer_cfg = dict(tokenizer or {"kind": "char"})
@@ -95,16 +89,12 @@ class PoetryDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.plan_tokens = bool(plan_tokens)
         self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
-        self.train_subset_tokens = train_subset_tokens
         self.mid_poem_fraction = float(mid_poem_fraction)
         if not 0 <= self.mid_poem_fraction < 1:
             raise ValueError(f"data.mid_poem_fraction={mid_poem_fraction} is not in [0, 1)")
         self.anneal_fraction = float(anneal_fraction)
         if not 0 <= self.anneal_fraction < 1:
             raise ValueError(f"data.anneal_fraction={anneal_fraction} is not in [0, 1)")
-        if anneal_mix not in ANNEAL_MIXES:
-            raise ValueError(f"data.anneal_mix={anneal_mix!r} is not one of {ANNEAL_MIXES}")
-        self.anneal_mix = anneal_mix
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -229,16 +219,13 @@ class PoetryDataModule(L.LightningDataModule):
         return np.bincount(self.tokens("train"), minlength=self.meta["vocab_size"]).astype(np.int64)
 
     def setup(self, stage: str | None = None) -> None:
-        """Open the memory-mapped arrays and cut them into windows (`train_windows`, `val_windows`)."""
-        train, bos = self.tokens("train"), Tokenizer.bos_id
-        if self.train_subset_tokens:
-            train = poem_subset(train, self.train_subset_tokens, bos)
-        self.train_tokens = len(train)
-        self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, self.train_windows, bos,
+        """Open the memory-mapped arrays and cut them into windows (`train_starts`, `val_windows`)."""
+        train = self.tokens("train")
+        self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, Tokenizer.bos_id,
                                                                       self.mid_poem_fraction, self.seed))
         if self.anneal_fraction:  # indices of the windows that start a rhymed poem
             self.anneal_windows = annealing_windows(self.train_set.starts, train, self.tokenizer, self.script,
-                                                    self.anneal_mix, self.seed)
+                                                    self.seed)
         self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
         self.val_set = self.val_sets[0]
 

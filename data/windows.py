@@ -1,8 +1,8 @@
 """Training and validation windows over a token array of `<bos>`-framed poems.
 
-`train_starts` places the training windows (at poems' starts, nanoGPT's random offsets, or a
-share of them mid-poem), `Windows` serves them, `PoemWindows` scores every held-out poem from
-its own `<bos>`; `poem_bounds` and `poem_subset` find and draw whole poems.
+`train_starts` places the training windows (at poems' starts, a share of them mid-poem),
+`Windows` serves them, `PoemWindows` scores every held-out poem from its own `<bos>`;
+`poem_bounds` finds the poems.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-TRAIN_WINDOWS = ("poems", "random")
 VAL_WINDOWS = ("poems", "blocks")
 IGNORE = -1
 """Target id of a position whose prediction is not scored (`F.cross_entropy(..., ignore_index=IGNORE)`)."""
@@ -23,39 +22,22 @@ def poem_bounds(tokens: np.ndarray, bos_id: int = 0) -> tuple[np.ndarray, np.nda
     return starts, np.append(starts[1:], len(tokens))
 
 
-def poem_subset(tokens: np.ndarray, n_tokens: int, bos_id: int = 0, seed: int = 0) -> np.ndarray:
-    """Whole poems of a token array drawn in a seeded random order until they hold at least
-    `n_tokens` tokens, concatenated in array order: a smaller training set for data-constrained
-    studies (the same poems for every run with the same array and seed). The whole array if it
-    holds fewer."""
-    starts, ends = poem_bounds(tokens, bos_id)
-    order = np.random.default_rng(seed).permutation(len(starts))
-    cut = np.searchsorted(np.cumsum(ends[order] - starts[order]), n_tokens) + 1
-    keep = np.sort(order[:cut])
-    return np.concatenate([np.asarray(tokens[starts[i]:ends[i]]) for i in keep])
-
-
-def train_starts(tokens: np.ndarray, block_size: int, windows: str, bos_id: int = 0, mid_poem: float = 0.0,
+def train_starts(tokens: np.ndarray, block_size: int, bos_id: int = 0, mid_poem: float = 0.0,
                  seed: int = 0) -> np.ndarray:
-    """Start offsets of the training windows, `(N,) int64`; a window is `block_size + 1` tokens.
+    """Start offsets of the training windows, `(N,) int64`, sorted; a window is `block_size + 1` tokens.
 
-    windows='poems': every window starts at a poem's `<bos>`, as sampling does; a poem longer
-    than a window goes on in windows that start `block_size` tokens later each, so every
-    token is a target once. A window runs on into the next poems (packing, no mask). With
-    mid_poem = f > 0, windows at offsets drawn uniformly (numpy, `seed`) are added until they
-    are a fraction f of all: windows that start mid-poem, as nanoGPT's and a refilled KV cache's do.
-    windows='random': every offset (nanoGPT's random windows).
-    raises ValueError for another `windows`, mid_poem outside [0, 1), or an array shorter than one window.
+    Every window starts at a poem's `<bos>`, as sampling does; a poem longer than a window goes
+    on in windows that start `block_size` tokens later each, so every token is a target once.
+    A window runs on into the next poems (packing, no mask). With mid_poem = f > 0, windows at
+    offsets drawn uniformly (numpy, `seed`) are added until they are a fraction f of all:
+    windows that start mid-poem, as nanoGPT's and a refilled KV cache's do.
+    raises ValueError for mid_poem outside [0, 1) or an array shorter than one window.
     """
     if not 0 <= mid_poem < 1:
         raise ValueError(f"data.mid_poem_fraction={mid_poem} is not in [0, 1)")
-    if windows not in TRAIN_WINDOWS:
-        raise ValueError(f"data.train_windows={windows!r} is not one of {TRAIN_WINDOWS}")
     last = len(tokens) - block_size - 1  # the last offset that still fills a window
     if last < 0:
         raise ValueError(f"{len(tokens)} tokens cannot fill one window of block_size={block_size}")
-    if windows == "random":
-        return np.arange(last + 1)
     starts, ends = poem_bounds(tokens, bos_id)
     offsets = np.concatenate([np.arange(b, e - 1, block_size) for b, e in zip(starts, ends)])
     offsets = offsets[offsets <= last]

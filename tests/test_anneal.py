@@ -6,9 +6,11 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-from data.anneal import AnnealSampler, annealing_windows, rhymed_poem_starts
+from data.anneal import AnnealSampler, annealing_windows
 from data.datamodule import PoetryDataModule
 from data.tokenizer import CharTokenizer
+from data.verse.script import corpus_to_script
+from tests.conftest import POEMS
 
 RHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"  # 流 / 楼: 下平聲十一尤
 UNRHYMED = "白日依山尽，黄河入海流。欲穷千里目，更上一层天。"  # 天 (一先) does not rhyme with 流
@@ -16,13 +18,14 @@ QIJUE = "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住�
 QIJUE_UNRHYMED = QIJUE.replace("山。", "来。")  # 来 (上平聲十灰)
 
 
-def test_rhymed_poem_starts_are_the_bos_of_poems_whose_even_lines_rhyme():
+def test_the_annealing_windows_start_the_poems_whose_even_lines_rhyme():
     tok = CharTokenizer.from_texts([RHYMED, UNRHYMED])
     ids = [tok.encode(p, bos=True, eos=True) for p in (RHYMED, UNRHYMED, RHYMED)]
     tokens = np.array(sum(ids, []), dtype=np.uint16)
     n = len(ids[0])
-    assert rhymed_poem_starts(tokens, tok, "simplified").tolist() == [0, 2 * n]
-    assert rhymed_poem_starts(tokens[n:2 * n], tok, "simplified").tolist() == []
+    window_starts = np.array([0, 3, n, 2 * n])  # the poems' <bos>, and one window inside the first
+    assert sorted(annealing_windows(window_starts, tokens, tok, "simplified").tolist()) == [0, 3]  # offsets 0 and 2n
+    assert annealing_windows(np.array([0]), tokens[n:2 * n], tok, "simplified").tolist() == []
 
 
 def test_the_forms_mix_keeps_each_forms_share_of_poem_starts():
@@ -32,16 +35,12 @@ def test_the_forms_mix_keeps_each_forms_share_of_poem_starts():
     tokens = np.array(sum(ids, []), dtype=np.uint16)
     bos = np.cumsum([0, *map(len, ids)])[:-1]
     window_starts = np.sort(np.concatenate([bos, bos + 3]))  # every poem's start, and a window inside each
-    rhymed = annealing_windows(window_starts, tokens, tok, "simplified")
-    assert window_starts[rhymed].tolist() == [bos[0], bos[2], bos[3], bos[4]]  # 3 五绝, 1 七绝
-    forms = annealing_windows(window_starts, tokens, tok, "simplified", mix="forms", seed=3)
+    forms = annealing_windows(window_starts, tokens, tok, "simplified", seed=3)  # of 3 rhymed 五绝, 1 七绝
     assert len(forms) == 4
     starts = window_starts[forms].tolist()
     assert starts.count(bos[3]) == 2  # the one rhymed 七绝 twice: half the poem starts are 七绝
     assert len(set(starts) & {bos[0], bos[2], bos[4]}) == 2 and len(set(starts)) == 3  # two distinct 五绝
-    assert forms.tolist() == annealing_windows(window_starts, tokens, tok, "simplified", mix="forms", seed=3).tolist()
-    with pytest.raises(ValueError, match=r"data.anneal_mix='balanced' is not one of \('rhymed', 'forms'\)"):
-        annealing_windows(window_starts, tokens, tok, "simplified", mix="balanced")
+    assert forms.tolist() == annealing_windows(window_starts, tokens, tok, "simplified", seed=3).tolist()
 
 
 def test_the_last_share_of_the_run_comes_from_the_annealing_windows_only():
@@ -106,13 +105,11 @@ def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus,
     loader = dm.train_dataloader()
     batches = [x for x, _ in loader]
     assert len(batches) == 10
-    rhymed = set(rhymed_poem_starts(dm.tokens("train"), dm.tokenizer, "simplified").tolist())
-    starts = dm.train_set.starts
-    assert 0 < len(rhymed) < len(set(starts.tolist()))  # the tiny corpus has both kinds
-    for x in batches[5:]:  # the last half: every window starts at a rhymed poem's <bos>
-        for row in x:
-            matches = [s for s in rhymed if np.array_equal(dm.tokens("train")[s:s + 8], row.numpy())]
-            assert matches, row
+    poems = corpus_to_script(POEMS, "simplified")
+    rhymed = {poems[i][:7] for i in (0, 1, 4, 5)}  # 霜/乡, 流/楼, 枝/思, 还/山; 鸟/少 and 灭/雪 are oblique
+    begun = [(row[0] == 0, dm.tokenizer.decode(row.tolist())) for x in batches for row in x]
+    assert not all(bos and text in rhymed for bos, text in begun[:20])  # the first half: every window
+    assert all(bos and text in rhymed for bos, text in begun[20:])  # the last: a rhymed poem's <bos>
     dm.trainer = Trainer(max_time="00:00:01:00", logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with caplog.at_level("WARNING", logger="data.datamodule"):
         assert isinstance(dm.train_dataloader().sampler, RandomSampler)  # budget mode: every window, as without it
@@ -120,5 +117,3 @@ def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus,
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"data.anneal_fraction=.* is not in \[0, 1\)"):
             PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=bad)
-    with pytest.raises(ValueError, match="data.anneal_mix='x' is not one of"):
-        PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=0.1, anneal_mix="x")

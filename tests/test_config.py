@@ -1,6 +1,7 @@
 """The real Hydra configs compose, and their paths do not depend on the working directory."""
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 
 from tests.conftest import ROOT
 
@@ -20,7 +21,7 @@ def test_paths_hang_off_the_project_root(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("overrides, expected", [
     ([], {"model.name": "tiny", "attention.backend": "sdpa", "trainer.precision": "auto", "data.block_size": 72,
-          "model.head": "adaptive", "model.pos_emb": "rope", "model.optim.name": "muon", "data.train_windows": "poems"}),
+          "model.head": "adaptive", "model.pos_emb": "rope", "model.optim.name": "muon"}),
     (["model=small", "attention=flash", "trainer=gpu"],
      {"model.n_layer": 6, "model.n_embd": 384, "attention.backend": "flash", "trainer.precision": "bf16-mixed",
       "data.block_size": 128}),
@@ -43,6 +44,12 @@ def test_config_groups(overrides, expected):
     cfg = compose_train(*overrides)
     for key, value in expected.items():
         assert OmegaConf.select(cfg, key) == value, key
+
+
+@pytest.mark.parametrize("override", ["data.train_windows=random", "data.anneal_mix=rhymed", "data=song"])
+def test_a_removed_option_fails_as_an_unknown_one_does(override):
+    with pytest.raises(ConfigCompositionException):
+        compose_train(override)
 
 
 def test_every_entry_point_samples_with_the_same_defaults():

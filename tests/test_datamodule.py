@@ -45,7 +45,7 @@ def test_traditional_script_keeps_the_corpus_text(tiny_corpus, tmp_path):
 
 def test_windows_are_shifted_pairs():
     tokens = np.arange(50, dtype=np.uint16)
-    train = Windows(tokens, 8, train_starts(tokens, 8, "random"))
+    train = Windows(tokens, 8, np.arange(50 - 8))  # every offset that fills a window
     x, y = train[3]
     assert x.dtype == torch.int64 and x.shape == (8,) and torch.equal(y, x + 1) and x[0] == 3
     assert len(train) == 50 - 8
@@ -65,27 +65,25 @@ def poems_array(lengths: list[int]) -> np.ndarray:
 
 def test_poem_training_windows_start_at_bos_and_cover_long_poems():
     tokens = poems_array([6, 20, 7, 9])  # offsets 0, 6, 26, 33; 42 tokens
-    starts = train_starts(tokens, 8, "poems")
+    starts = train_starts(tokens, 8)
     assert starts.tolist() == [0, 6, 14, 22, 26, 33]  # the 20-token poem goes on at +8 and +16
     assert all(tokens[s] == 0 for s in (0, 6, 26, 33))
     x, y = Windows(tokens, 8, starts)[0]
     assert x[0] == 0 and torch.equal(x[6:], torch.tensor([0, 14]))  # packs on into the next poem
-    with pytest.raises(ValueError, match="train_windows"):
-        train_starts(tokens, 8, "lines")
 
 
 def test_a_fraction_of_training_windows_starts_mid_poem_at_seeded_offsets():
     tokens = poems_array([6, 20, 7, 9])
-    poems = train_starts(tokens, 8, "poems")  # 6 windows at <bos> or a long poem's continuation
-    mixed = train_starts(tokens, 8, "poems", mid_poem=0.25, seed=3)
+    poems = train_starts(tokens, 8)  # 6 windows at <bos> or a long poem's continuation
+    mixed = train_starts(tokens, 8, mid_poem=0.25, seed=3)
     assert len(mixed) == 8 and set(poems.tolist()) <= set(mixed.tolist())  # 2 of 8 added: a quarter
-    assert np.array_equal(mixed, train_starts(tokens, 8, "poems", mid_poem=0.25, seed=3))
-    assert not all(np.array_equal(mixed, train_starts(tokens, 8, "poems", mid_poem=0.25, seed=s)) for s in range(4, 9))
-    assert mixed.max() <= len(tokens) - 9 and len(train_starts(tokens, 8, "poems", mid_poem=0.5)) == 12
-    assert np.array_equal(train_starts(tokens, 8, "poems", mid_poem=0.0), poems)
+    assert np.array_equal(mixed, train_starts(tokens, 8, mid_poem=0.25, seed=3))
+    assert not all(np.array_equal(mixed, train_starts(tokens, 8, mid_poem=0.25, seed=s)) for s in range(4, 9))
+    assert mixed.max() <= len(tokens) - 9 and len(train_starts(tokens, 8, mid_poem=0.5)) == 12
+    assert np.array_equal(train_starts(tokens, 8, mid_poem=0.0), poems)
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"data.mid_poem_fraction=.* is not in \[0, 1\)"):
-            train_starts(tokens, 8, "poems", mid_poem=bad)
+            train_starts(tokens, 8, mid_poem=bad)
         with pytest.raises(ValueError, match=r"data.mid_poem_fraction=.* is not in \[0, 1\)"):
             PoetryDataModule("x.jsonl.xz", "cache", mid_poem_fraction=bad)
 
