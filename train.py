@@ -87,8 +87,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         callbacks.append(StepProgressBar())  # steps against max_steps, or seconds against max_time
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
                                       plugins=[AtomicCheckpointIO()])
-    attn_p = cfg.model.dropout if cfg.model.get("attn_dropout") is None else cfg.model.attn_dropout
-    check_attention_backend(trainer, cfg.attention.backend, attn_p, cfg.model.n_embd // cfg.model.n_head)
+    check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)
 
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()

@@ -63,7 +63,7 @@ def flops_per_token(cfg: GPTConfig) -> float:
         c = list(cfg.head_cutoffs) + [cfg.vocab_size]
         head = d * (c[0] + len(c) - 1)
         for k, share in enumerate(HEAD_SHARE[1:len(c)], start=1):
-            width = int(d // cfg.head_div_value ** k)
+            width = int(d // 4.0 ** k)  # each tail cluster 4 times narrower (model/gpt.py)
             head += share * (d * width + width * (c[k] - c[k - 1]))
     else:
         head = d * cfg.vocab_size

@@ -2,9 +2,11 @@
 (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"; Olsson et al. 2022): the
 named heads' outputs, before the heads are merged and W_O, are replaced by zero
 (`ablate_mode=zero`) or by each head's mean output over positions of training-split poems
-(`mean`: mean ablation, which keeps the layer's input to W_O at its usual scale). The attention
-itself is unchanged on every backend (`CausalSelfAttention.ablate`); generation, `nats` and the
-attention maps of later layers all see it. `model.loading.load_engine(ablate=…)` sets it.
+(`mean`: mean ablation, which keeps the layer's input to W_O at its usual scale). A forward
+pre-hook on each layer's W_O (`c_proj`, whose input is the merged heads, head h in columns
+h·d_k … (h+1)·d_k − 1) replaces them, so the attention module itself holds no state for it and
+is the same on every backend, with or without the KV cache; generation, `nats` and the attention
+maps of later layers all see it. `model.loading.load_engine(ablate=…)` sets it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import re
 from collections.abc import Sequence
 
 import torch
+import torch.nn as nn
+from torch.utils.hooks import RemovableHandle
 
 from model.engine import Engine, pad
 
@@ -63,6 +67,28 @@ def head_means(engine: Engine, poems: Sequence[str]) -> torch.Tensor:
     return (torch.stack(sums) / real.sum()).view(cfg.n_layer, cfg.n_head, d_k)
 
 
+def switch_off(attn: nn.Module, heads: Sequence[int], values: torch.Tensor | None = None) -> RemovableHandle:
+    """Switch heads of one `CausalSelfAttention` off until the returned handle's `remove()`: the
+    output of each head in `heads` (its weights @ v) becomes values[i] ((len(heads), d_k) float;
+    None: zero) at every position. raises ValueError for a head outside 0 … n_head − 1 or values
+    of another shape."""
+    if bad := [h for h in heads if not 0 <= h < attn.n_head]:
+        raise ValueError(f"head {bad[0]} is not one of this layer's heads 0 … {attn.n_head - 1}")
+    if values is not None and tuple(values.shape) != (len(heads), attn.d_k):
+        raise ValueError(f"values must be ({len(heads)}, {attn.d_k}), got {tuple(values.shape)}")
+    off = torch.zeros(attn.n_head, 1, dtype=torch.bool)  # (n_head, 1)
+    off[list(heads)] = True
+    value = torch.zeros(attn.n_head, attn.d_k)  # (n_head, d_k)
+    if values is not None:
+        value[list(heads)] = values.detach().float().cpu()
+
+    def replace(module, args):  # args[0]: the merged heads, (B, T, n_embd)
+        y = args[0].unflatten(-1, (attn.n_head, attn.d_k))  # (B, T, n_head, d_k)
+        return torch.where(off.to(y.device), value.to(y.device, y.dtype), y).flatten(-2)
+
+    return attn.c_proj.register_forward_pre_hook(replace)
+
+
 def ablate(engine: Engine, names: Sequence[str], mode: str = "zero", poems: Sequence[str] = ()) -> None:
     """Switch the named heads off in engine's model (every head on again first); names as
     `parse_heads`; mode zero | mean (mean: over `poems`, training-split poems, `head_means`).
@@ -71,13 +97,14 @@ def ablate(engine: Engine, names: Sequence[str], mode: str = "zero", poems: Sequ
         raise ValueError(f"ablate_mode={mode!r} is not one of {', '.join(MODES)}")
     cfg = engine.model.cfg
     heads = parse_heads(names, cfg.n_layer, cfg.n_head)
-    for block in engine.model.blocks:
-        block.attn.ablate()
+    for hook in engine.ablation_hooks:
+        hook.remove()
+    engine.ablation_hooks, engine.ablated = [], []
     if heads and mode == "mean" and not poems:
         raise ValueError("ablate_mode=mean needs training poems for the heads' mean outputs")
     means = head_means(engine, poems) if heads and mode == "mean" else None
     for layer, block in enumerate(engine.model.blocks):
         mine = [h for ly, h in heads if ly == layer]
         if mine:
-            block.attn.ablate(mine, None if means is None else means[layer, mine])
+            engine.ablation_hooks.append(switch_off(block.attn, mine, None if means is None else means[layer, mine]))
     engine.ablated = [f"L{ly}H{h}" for ly, h in heads]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from model.attention import BackendUnavailableError
+from model.device import BackendUnavailableError
 
 _OPEN, _CLOSE = "[({", "])}"
 

@@ -1,5 +1,6 @@
-"""The device a script runs on (`resolve_device`), and what a result's JSON records of where it
-came from: the machine, as one line for it and for docs/results.md (`describe`), and the commit."""
+"""The device a script runs on (`resolve_device`), whether an attention backend can run there
+(`check_backend`: the FlashAttention kernel's rules), and what a result's JSON records of where
+it came from: the machine, as one line for it and for docs/results.md (`describe`), and the commit."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,61 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from model.attention import BACKENDS
+
+
+class BackendUnavailableError(RuntimeError):
+    """The chosen attention backend cannot run on this device / dtype / dropout."""
+
+
+def flash_unavailable_reason(device_type: str, dtype: torch.dtype, dropout: float, d_k: int) -> str | None:
+    """Why the FlashAttention kernel cannot run here, or None if it can.
+
+    device_type: 'cpu' | 'cuda' | ...; dtype: the dtype q, k, v will have (under autocast,
+    the autocast dtype); dropout: the attention dropout that will be used (0 in eval);
+    d_k: head size. The rules are PyTorch's (sdp_utils): the CPU flash kernel has no
+    dropout; the CUDA one needs float16/bfloat16, compute capability ≥ 8.0 and
+    d_k a multiple of 8 up to 256. A short trial call confirms the verdict.
+    """
+    if device_type == "cpu":
+        if dropout > 0:
+            return (f"the CPU FlashAttention kernel has no dropout, and dropout={dropout}. "
+                    "Use attention=sdpa or attention=naive, or set model.dropout=0")
+    elif device_type == "cuda":
+        if dtype not in (torch.float16, torch.bfloat16):
+            return (f"FlashAttention on CUDA needs float16 or bfloat16, not {dtype}. "
+                    "Use trainer.precision=bf16-mixed (or 16-mixed), or attention=sdpa")
+        if torch.cuda.get_device_capability() < (8, 0):
+            return (f"FlashAttention needs a GPU of compute capability 8.0 or newer; this one is "
+                    f"{'.'.join(map(str, torch.cuda.get_device_capability()))}. Use attention=sdpa")
+        if d_k % 8 or d_k > 256:
+            return (f"FlashAttention needs a head size d_k that is a multiple of 8 and at most 256, not {d_k}. "
+                    "Use attention=sdpa")
+    else:
+        return f"this project's FlashAttention backend supports cpu and cuda, not {device_type}. Use attention=sdpa"
+    try:  # the rules above are PyTorch's today; a trial call catches what they miss
+        q = torch.zeros(1, 1, 8, d_k, device=device_type, dtype=dtype, requires_grad=dropout > 0)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, q, q, dropout_p=dropout, is_causal=True)
+    except RuntimeError as err:
+        return f"PyTorch has no FlashAttention kernel for this case ({err}). Use attention=sdpa"
+    return None
+
+
+def check_backend(backend: str, device_type: str, dtype: torch.dtype, dropout: float, d_k: int) -> None:
+    """Raise before any long work if `backend` cannot run here.
+
+    raises ValueError for an unknown backend name, BackendUnavailableError (with the
+    reason and the backend to use instead) if `flash` has no kernel on this device.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "flash" and (reason := flash_unavailable_reason(device_type, dtype, dropout, d_k)):
+        raise BackendUnavailableError(f"attention=flash cannot run here: {reason}.")
+
 
 
 def machine_load(seconds: float = 1.0) -> float | None:

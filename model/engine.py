@@ -22,6 +22,7 @@ from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
 from data.verse.plan import poem_ids
 from data.verse.script import prompt_to_script, variants
 from model.gpt import GPT
+from model.kv_cache import Cache
 
 LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(idx (B, T) int64 the whole sequence so far, logits (B, vocab_size) float) → logits (B, vocab_size)."""
@@ -74,6 +75,7 @@ class Engine:
         self.corpora: dict | None = None  # the corpora it was trained on beyond the Tang one, where it says
         self.weights_sha: str | None = None  # a loaded checkpoint's `model.loading.weights_sha`
         self.ablated: list[str] = []  # heads switched off, `L<layer>H<head>` (`model.ablation.ablate`)
+        self.ablation_hooks: list = []  # the hooks that switch them off, removed when they are on again
 
     @property
     def device(self) -> torch.device:
@@ -129,7 +131,7 @@ class Engine:
         """Yield a `Step` for the next token of every row, up to max_new_tokens times.
 
         idx: (B, T0) int64, any length: the model sees the last block_size tokens. With
-        use_cache (default) each step feeds only the new token to the model's KV cache (`GPT.new_cache`),
+        use_cache (default) each step feeds only the new token to the model's KV cache (`model.kv_cache.Cache`),
         which reuses the keys and values of the earlier ones and refills itself when full.
         Without it every step runs the whole text again in a fresh cache.
         Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) → draw.
@@ -138,7 +140,7 @@ class Engine:
         raises ValueError for non-finite logits from the model; `draw` raises for what it refuses.
         """
         done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-        cache = self.model.new_cache(attention_rows)
+        cache = Cache(self.model.cfg.n_layer, self.model.cfg.block_size, attention_rows)
         logits = self.model(idx, cache=cache)  # (B, ≤ block_size, vocab_size): the prompt at once
         for step in range(max_new_tokens):
             logits = logits[:, -1, :].float()  # (B, vocab_size)
@@ -161,7 +163,7 @@ class Engine:
             if use_cache:
                 logits = self.model(nxt, cache=cache)  # (B, 1, vocab_size), or the refilled window's
             else:
-                cache = self.model.new_cache(attention_rows)
+                cache = Cache(self.model.cfg.n_layer, self.model.cfg.block_size, attention_rows)
                 logits = self.model(idx, cache=cache)
 
     def stream(self, idx: torch.Tensor, max_new_tokens: int, draw: Draw = greedy, eos_id: int | None = None,

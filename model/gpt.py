@@ -14,31 +14,30 @@ alternatives each option names:
   the identity; False keeps GPT-2's scaled initialisation.
 - output: `head='adaptive'`, an adaptive softmax (Grave et al. 2017, "Efficient softmax
   approximation for GPUs"): the `head_cutoffs[0]` most frequent tokens get a full-width output,
-  rarer ones sit in tail clusters of width n_embd / head_div_value^k; or `tied`, a linear layer
+  rarer ones sit in tail clusters each 4 times narrower than the last; or `tied`, a linear layer
   tied to the token embedding (nanoGPT's). `model.loading.head_for_vocabulary` decides which
   head a vocabulary gets before the model is built.
-- the poem inputs (`phonology`, `phon_output`, `structure`, `rhyme_loss_weight`): one module
-  beside this one, `model/poem_inputs.py`.
-- `qk_norm`: RMS-normalise q and k per head; `bias`: biases in Linear and LayerNorm layers;
-  `backend`: the attention backend (`model/attention.py`: naive | sdpa | flash), the same function.
+- `poem_inputs` (and the auxiliary `rhyme_loss_weight`): what the network is told about a poem
+  besides its tokens, one module beside this one, `model/poem_inputs.py`.
+- `backend`: the attention backend (`model/attention.py`: naive | sdpa | flash), the same function.
+No layer has a bias (nanoGPT's `bias=False`).
 
 Named methods, one return type each: `forward` → logits, `loss` → mean cross-entropy, `nats`
 → per-token cross-entropy, `attention_maps` → every layer's weights. Generation lives in the
-inference engine (`model/engine.py`), which feeds `forward` with a KV cache (`new_cache`).
+inference engine (`model/engine.py`), which feeds `forward` with a KV cache (`model/kv_cache.py`).
 A GPT with poem inputs gets its tables from `model.loading.build_gpt`.
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model.attention import Cache, CausalSelfAttention, KVCache
-from model.poem_inputs import PoemInputs, uses_poem_inputs
+from model.attention import CausalSelfAttention
+from model.poem_inputs import PoemInputs
 
 
 @dataclass
@@ -50,51 +49,32 @@ class GPTConfig:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
-    dropout: float = 0.0  # on attention weights, residual branches and embeddings
-    attn_dropout: float | None = None  # on the attention weights instead of dropout (None: dropout)
-    bias: bool = False  # bias in Linear and LayerNorm layers
+    dropout: float = 0.0  # on the attention weights, residual branches and embeddings
     backend: str = "sdpa"  # the attention backend: naive | sdpa | flash
     head: str = "tied"  # tied | adaptive
     head_cutoffs: tuple[int, ...] = (2000, 4000)  # adaptive: frequency ranks where the tail clusters start
-    head_div_value: float = 4.0  # adaptive: each tail cluster is this many times narrower than the last
     pos_emb: str = "learned"  # learned (a table of block_size vectors) | rope (rotary, in the attention)
-    qk_norm: bool = False  # RMS-normalise q and k per head before the scores
     mlp_act: str = "gelu"  # gelu | relu2 (ReLU squared: So et al. 2021, "Primer")
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
-    phonology: bool = False  # poem inputs: each token's rhyme groups and tone
-    rhyme_loss_weight: float = 0.0  # poem inputs: weight of the auxiliary rhyme loss on line-final targets
-    rhyme_loss_at: str = "line_ends"  # line_ends (every line's last character) | rhyme_slots (the even lines')
-    phon_output: bool = False  # poem inputs: the output layer scores each token's phonology embedding too
-    structure: bool = False  # poem inputs: where the next token sits in the poem
-    struct_lines: int = 10  # structure: line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest)
-    struct_countdown: int = 10  # structure: countdown ids (0 unknown, then 0, 1, … tokens left in the line, capped)
-    struct_recover: bool = False  # structure: where no <bos> is in sight, read countdown and slot from the marks
+    poem_inputs: bool = False  # each token's 平水韵 groups and tone, and where it sits in the poem, in and out
+    rhyme_loss_weight: float = 0.0  # with poem_inputs: weight of the auxiliary rhyme loss at rhyme slots
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)
-
-
-def attention_dropout(cfg: GPTConfig) -> float:
-    """The dropout on the attention weights: attn_dropout, or dropout where that is None."""
-    return cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
 
 
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "backend"))
 """The fields conf/model sets (the model's shape and options); vocab_size comes from the tokenizer,
 backend from conf/attention."""
 HEADS, POS_EMBS, MLP_ACTS = ("tied", "adaptive"), ("learned", "rope"), ("gelu", "relu2")
-LEGACY_KEYS = ((r"(wge|wtone|rhyme_head|wline|wcount|wslot)\.", r"poem.\1."),
-               (r"(phon_group_ids|phon_tone_ids|token_kind)$", r"poem.\1"), (r"id_rank$", "lm_head.id_rank"),
-               (r"lm_head\.weight$", "lm_head.tied.weight"), (r"lm_head\.(head|tail)\.", r"lm_head.adaptive.\1."))
-"""State-dict names of checkpoints from before the poem inputs and the output head were modules."""
 
 
 class MLP(nn.Module):
     """Position-wise feed-forward network: Linear(n_embd → 4·n_embd), GELU or ReLU², Linear back, dropout."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.relu2 = cfg.mlp_act == "relu2"
 
@@ -108,20 +88,20 @@ class Block(nn.Module):
     """Pre-LayerNorm Transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x))."""
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, attention_dropout(cfg), cfg.backend,
-                                        cfg.bias, cfg.qk_norm, cfg.pos_emb == "rope", resid_dropout=cfg.dropout)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.block_size, cfg.dropout, cfg.backend,
+                                        rope=cfg.pos_emb == "rope")
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:  # cache: the layer's `model.kv_cache.KVCache`
         x = x + self.attn(self.ln_1(x), cache)  # (B, T, n_embd)
         return x + self.mlp(self.ln_2(x))  # (B, T, n_embd)
 
 
 class RowsPlus(nn.Linear):
     """A bias-free Linear layer whose weight's first rows get `extra()` ((rows, in_features))
-    added at every call: the adaptive head cluster with `phon_output`."""
+    added at every call: the adaptive head cluster with the poem inputs."""
     def __init__(self, in_features: int, out_features: int, extra):
         super().__init__(in_features, out_features, bias=False)
         self.extra = extra  # a bound method of the head: not a submodule
@@ -136,8 +116,8 @@ class OutputHead(nn.Module):
 
     tied: a linear layer whose weight is the token embedding's (Press & Wolf 2017); adaptive:
     an adaptive softmax over frequency ranks (`id_rank`: token id → rank, `set_token_counts`).
-    extra: token ids (N,) → (N, n_embd) rows added to those tokens' output vectors (`phon_output`),
-    or None."""
+    extra: token ids (N,) → (N, n_embd) rows added to those tokens' output vectors (the poem
+    inputs' phonology), or None."""
     def __init__(self, cfg: GPTConfig, wte: nn.Embedding, extra=None):
         super().__init__()
         self.extra, self.vocab_size = extra, cfg.vocab_size
@@ -146,8 +126,7 @@ class OutputHead(nn.Module):
             self.tied.weight = wte.weight  # weight tying
             return
         self.tied = None
-        self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(cfg.n_embd, cfg.vocab_size, list(cfg.head_cutoffs),
-                                                      cfg.head_div_value)
+        self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(cfg.n_embd, cfg.vocab_size, list(cfg.head_cutoffs), 4.0)
         if extra is not None:  # the head cluster's rows (its most frequent tokens) get theirs added
             self.adaptive.head = RowsPlus(cfg.n_embd, self.adaptive.head_size, self._head_extra)
         self.register_buffer("id_rank", torch.arange(cfg.vocab_size))  # (vocab_size,), saved in checkpoints
@@ -198,7 +177,7 @@ class OutputHead(nn.Module):
 class GPT(nn.Module):
     """cfg: GPTConfig. raises ValueError for an unknown backend, head, pos_emb or mlp_act,
     n_embd % n_head != 0, adaptive cutoffs that are not positive, increasing and below vocab_size,
-    or poem inputs that need phonology without it."""
+    or a rhyme loss without the poem inputs."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -215,38 +194,24 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None  # positions
-        self.poem = PoemInputs(cfg) if uses_poem_inputs(cfg) else None
+        if cfg.rhyme_loss_weight > 0 and not cfg.poem_inputs:
+            raise ValueError("rhyme_loss_weight > 0 needs poem_inputs=true (the tokens' rhyme groups)")
+        self.poem = PoemInputs(cfg) if cfg.poem_inputs else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.lm_head = OutputHead(cfg, self.wte, self.poem.output_rows if cfg.phon_output else None)
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.lm_head = OutputHead(cfg, self.wte, self.poem.output_rows if self.poem else None)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):  # residual projections, GPT-2 §2.3
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
                 if cfg.zero_init_proj:
                     nn.init.zeros_(p)
-        self._register_load_state_dict_pre_hook(self._rename_legacy_keys)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    @staticmethod
-    def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            name = key[len(prefix):]
-            for old, new in LEGACY_KEYS:
-                name = re.sub("^" + old, new, name)
-            state_dict[prefix + name] = state_dict.pop(key)
-
-    def new_cache(self, keep_weights: bool = False) -> Cache:
-        """An empty KV cache for `forward(..., cache=)` (`Cache`); keep_weights: each layer keeps
-        its last query's attention row (`KVCache.weights`)."""
-        return Cache(self.cfg.n_layer, self.cfg.block_size, keep_weights)
 
     def _embed(self, idx: torch.Tensor, start: int = 0, history: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) int64 at positions start … start + T − 1, after the tokens `history` →
@@ -261,18 +226,18 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(start, start + T, device=idx.device))  # + (T, n_embd)
         return self.drop(x)
 
-    def _hidden(self, idx: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+    def _hidden(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         """idx (B, T) int64 → the final LayerNorm's output (B, W, n_embd), W = T unless the cache refilled."""
         x = self._embed(idx) if cache is None else self._embed(*cache.feed(idx))  # (B, W, n_embd)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache.layers[i])  # (B, W, n_embd)
         return self.ln_f(x)  # (B, W, n_embd)
 
-    def forward(self, idx: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         """idx: (B, T) int64 token ids → logits (B, T, vocab_size) float; with the adaptive head
         log-probabilities (in id order), which softmax alike.
 
-        cache: from `new_cache`; idx continues the text it holds. When it refills (`Cache`) the
+        cache: a `model.kv_cache.Cache`; idx continues the text it holds. When it refills the
         logits are those of the positions it ran, the last W of idx. raises ValueError if the
         positions pass block_size (without a cache: T > block_size).
         """

@@ -31,8 +31,7 @@ from data.features import full_stops, phonology_tables, token_kinds
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from model.ablation import MEAN_POEMS
 from model.ablation import ablate as ablate_heads
-from model.attention import check_backend
-from model.device import resolve_device
+from model.device import check_backend, resolve_device
 from model.engine import Engine
 from model.gpt import GPT, GPTConfig
 
@@ -143,13 +142,31 @@ def find_checkpoint(ckpt_path: str | Path | None, checkpoint_dir: str | Path) ->
     return path
 
 
+POEM_FLAGS = ("phonology", "phon_output", "structure", "struct_recover")
+ONE_VALUE = {"bias": False, "qk_norm": False, "head_div_value": 4.0, "struct_lines": 10, "struct_countdown": 10,
+             "attn_dropout": None, "rhyme_loss_at": "rhyme_slots"}
+"""Settings of checkpoints written before issue 37 (docs/experiments.md) that have one value now."""
+
+
 def config_fields(saved: dict) -> dict:
-    """GPTConfig fields (less vocab_size) of a checkpoint's `hyper_parameters["model"]`, written
-    by any version of train.py: `attention` (the backend's former name) becomes `backend`, and the
-    poem inputs' counts that checkpoints never needed (`phon_groups`, …) are dropped.
-    raises ValueError naming a field GPTConfig does not have."""
-    saved = {("backend" if k == "attention" else k): v for k, v in saved.items()}
-    saved = {k: v for k, v in saved.items() if k not in ("phon_groups", "phon_tones", "phon_readings")}
+    """GPTConfig fields (less vocab_size) of model settings (a checkpoint's `hyper_parameters["model"]`,
+    or a config's). Those of a checkpoint written before issue 37 are read where they describe the
+    one recipe left: the four poem-input flags all on (the rhyme loss at rhyme slots) or all off
+    become `poem_inputs`, and the settings of ONE_VALUE at that value are dropped.
+    raises ValueError in one line naming a setting GPTConfig does not have or a value it lost."""
+    saved = dict(saved)
+    flags = {saved.pop(k) for k in POEM_FLAGS if k in saved}
+    if saved.get("rhyme_loss_at") == "line_ends" and not saved.get("rhyme_loss_weight"):
+        del saved["rhyme_loss_at"]  # no rhyme loss: where it would be taken does not matter
+    if len(flags) > 1:
+        raise ValueError(f"model settings with only some of {', '.join(POEM_FLAGS)} on: a mix this version no "
+                         "longer has (docs/experiments.md); train the model again with poem_inputs=true")
+    if flags:
+        saved["poem_inputs"] = flags.pop()
+    for k, v in ONE_VALUE.items():
+        if k in saved and saved.pop(k) != v:
+            raise ValueError(f"model settings with {k} other than {v}: an option this version no longer has "
+                             "(docs/experiments.md); train the model again without it")
     if unknown := sorted(set(saved) - {f.name for f in fields(GPTConfig)} - {"vocab_size"}):
         raise ValueError(f"model.{unknown[0]} is not a setting of this project's GPT (model/gpt.py GPTConfig)")
     return saved
@@ -188,12 +205,10 @@ def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tab
     Its weights are drawn from torch's generator as GPT(cfg) draws them. raises ValueError as GPT."""
     gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size,
                         **head_for_vocabulary(config_fields(model), tokenizer.vocab_size)))
-    if tables and gpt.cfg.phonology:
+    if tables and gpt.poem is not None:
         groups_tones = phonology_tables(tokenizer, script)
         gpt.poem.set_phonology(torch.tensor(groups_tones.groups), torch.tensor(groups_tones.tones))
-    if tables and gpt.poem is not None and hasattr(gpt.poem, "token_kind"):
         gpt.poem.set_token_kinds(torch.tensor(token_kinds(tokenizer)))
-    if tables and gpt.cfg.structure and gpt.cfg.struct_recover:
         gpt.poem.set_full_stops(torch.tensor(full_stops(tokenizer)))
     return gpt
 

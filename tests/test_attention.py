@@ -4,20 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.attention import (
-    BACKENDS,
-    BackendUnavailableError,
-    CausalSelfAttention,
-    check_backend,
-    flash_unavailable_reason,
-    rotate,
-)
+from model.attention import BACKENDS, CausalSelfAttention, causal_attention_weights, rotate
+from model.device import BackendUnavailableError, check_backend, flash_unavailable_reason
 
 SHAPES = [(64, 2, 16), (48, 4, 7), (24, 3, 1)]  # (n_embd, n_head, T = 16 = block_size, 7, 1): d_k ≠ T, n_head > 1
 
 
-OPTIONS = [{}, {"rope": True}, {"qk_norm": True}, {"rope": True, "qk_norm": True}]
-"""The attention options that act on q and k; every backend must compute the same thing under each."""
+OPTIONS = [{}, {"rope": True}]
+"""With and without rotary positions on q and k; every backend must compute the same thing under each."""
 
 
 def layers(n_embd, n_head, block_size=16, dropout=0.0, **options):
@@ -67,11 +61,15 @@ def test_rope_makes_scores_depend_on_distance_only():
         CausalSelfAttention(18, 2, block_size=8, rope=True)
 
 
-def test_qk_norm_gives_unit_rms_queries_and_keys():
-    attn = CausalSelfAttention(16, 2, block_size=8, qk_norm=True)
-    q, k, _ = attn._qkv(10 * torch.randn(2, 5, 16))  # (2, 2, 5, 8) each
-    for t in (q, k):
-        torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(2, 2, 5), rtol=1e-4, atol=1e-4)
+def test_the_weights_function_masks_the_future_of_the_last_queries():
+    """`causal_attention_weights` for T queries that are the last T of L positions (a KV cache's):
+    query i sees keys 0 … L − T + i, and the full square case is the lower triangle."""
+    q, k = torch.randn(2, 3, 8), torch.randn(2, 7, 8)
+    w = causal_attention_weights(q, k)  # (2, 3, 7)
+    assert (w[:, 0, 5:] == 0).all() and (w[:, 0, :5] > 0).all() and (w[:, 2] > 0).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
+    square = causal_attention_weights(k, k)
+    assert (square.triu(1) == 0).all() and (square.tril() > 0).all()
 
 
 def test_naive_backend_is_the_explicit_per_head_formula():

@@ -13,7 +13,7 @@ LAYERS = (  # lowest first; a module belongs to the layer of its longest matchin
     ("poetry rules", ("data.verse",)),
     ("data pipeline", ("data",)),
     ("network", ("model.attention", "model.poem_inputs", "model.gpt")),
-    ("engine", ("model.engine", "model.device", "model.ablation", "model.loading")),
+    ("engine", ("model.engine", "model.kv_cache", "model.device", "model.ablation", "model.loading")),
     ("sampling", ("model.sampling",)),
     ("inspection", ("model.inspection",)),
     ("training", ("model.training",)),

@@ -167,7 +167,7 @@ def random_qk_maps(T: int, n: int, d: int = 8, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n, T, d, generator=gen)  # (n, T, d)
     k = torch.randn(n, T, d, generator=gen)  # (n, T, d)
-    return causal_attention_weights(q, k, torch.ones(T, T, dtype=torch.bool).tril())  # (n, T, T)
+    return causal_attention_weights(q, k)  # (n, T, T)
 
 
 def random_head_maps(T: int, n: int, d_model: int = 16, d_head: int = 8, seed: int = 0) -> torch.Tensor:

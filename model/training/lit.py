@@ -1,4 +1,4 @@
-"""The LightningModule: training and validation steps, the optimizer (AdamW, or Muon + AdamW)
+"""The LightningModule: training and validation steps, the optimizer (Muon + AdamW)
 with warm-up and cosine (by step or by time budget), metrics.
 
 Logged: `train/loss` (nats per token), `train/tokens_per_sec`, `val/loss` (mean nats per
@@ -178,7 +178,7 @@ class LitGPT(L.LightningModule):
             metric.reset()
 
     def configure_optimizers(self):
-        """`build_optimizer` (AdamW, or Muon + AdamW); `lr_factor` every step, its progress the
+        """`build_optimizer` (Muon + AdamW); `lr_factor` every step, its progress the
         fraction of `trainer.max_steps` done or, with `trainer.max_time` (budget mode), of the
         time budget spent, whichever is further: a budget run anneals when its time ends."""
         o = self.hparams.optim
@@ -205,32 +205,21 @@ def model_settings(cfg) -> dict:
     return {**{k: shape[k] for k in MODEL_FIELDS if k in shape}, "backend": cfg.attention.backend}
 
 
-OPTIMIZERS = ("adamw", "muon")
-
-
 def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
-    """The optimizer `o["name"]` names (default adamw) over gpt's parameters.
-
-    adamw: AdamW (lr, betas, weight_decay on matrices only, as nanoGPT). muon: `MuonAdamW`, Muon
-    (muon_lr, muon_momentum, muon_weight_decay) for the weight matrices inside the blocks, AdamW
-    as above for embeddings, output layer and vectors. The groups are named (`decay`, `no_decay`,
-    `muon`): the learning-rate monitor logs `lr-AdamW/decay`, `lr-MuonAdamW/muon`, ...
-    raises ValueError for another name.
-    """
-    name = o.get("name", "adamw")
-    if name not in OPTIMIZERS:
-        raise ValueError(f"model.optim.name={name!r} is not one of {OPTIMIZERS}")
+    """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_weight_decay) for the
+    weight matrices inside the blocks, AdamW (lr, betas, weight_decay on matrices only, as nanoGPT)
+    for embeddings, output layer and vectors. The groups are named (`muon`, `decay`, `no_decay`):
+    the learning-rate monitor logs `lr-MuonAdamW/muon`, ... The nanoGPT reference's AdamW is
+    benchmarks/fixed_time.py's own."""
     named = list(gpt.named_parameters())
-    hidden = [p for n, p in named if name == "muon" and n.startswith("blocks.") and p.dim() == 2]
+    hidden = [p for n, p in named if n.startswith("blocks.") and p.dim() == 2]
     ids = {id(p) for p in hidden}
     decay = [p for _, p in named if p.dim() >= 2 and id(p) not in ids]
     no_decay = [p for _, p in named if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": o["weight_decay"], "name": "decay"},
               {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
-    muon = {"params": hidden, "use_muon": True, "name": "muon", "lr": o["muon_lr"], "momentum": o.get("muon_momentum", 0.95),
-            "weight_decay": o.get("muon_weight_decay", 0.0)}
+    muon = {"params": hidden, "use_muon": True, "name": "muon", "lr": o["muon_lr"], "momentum": o["muon_momentum"],
+            "weight_decay": o["muon_weight_decay"]}
     return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
 
 

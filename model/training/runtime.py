@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from lightning.pytorch import Callback as LightningCallback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from model.attention import check_backend
+from model.device import check_backend
 
 log = logging.getLogger(__name__)
 
