@@ -1,4 +1,6 @@
 """The real Hydra configs compose, and their paths do not depend on the working directory."""
+import shutil
+
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -45,17 +47,43 @@ def test_config_groups(overrides, expected):
         assert OmegaConf.select(cfg, key) == value, key
 
 
-def test_every_entry_point_samples_with_the_same_defaults():
-    """sample.py, evaluate.py and the end-of-run evaluation draw poems as SamplingOptions does by default."""
+RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,
+          "seed": 1337}
+
+
+def sampling_of(conf, *overrides):
+    """{entry: its sampling keys} of sample.py, evaluate.py and the two sampling callbacks, composed from conf."""
+    with initialize_config_dir(str(conf), version_base="1.3"):
+        sample, evaluate = compose("sample", overrides=list(overrides)), compose("evaluate", overrides=list(overrides))
+        callbacks = compose("train").callbacks
+    return {name: {k: cfg[k] for k in RECIPE} for name, cfg in
+            [("sample", sample), ("evaluate", evaluate), ("samples", callbacks.samples),
+             ("evaluation", callbacks.evaluation)]}
+
+
+def test_every_entry_point_samples_with_conf_sampling_yaml(tmp_path):
+    """One copy: sample.py, evaluate.py and the callbacks compose conf/sampling.yaml; SamplingOptions (the
+    studio's defaults, attention_maps.py's free poems) reads it. Editing it changes them all."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from model.sampling.poems import SamplingOptions
 
-    defaults = SamplingOptions()
-    want = {k: getattr(defaults, k) for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed")}
-    assert want["temperature"] == 1.05 and want["top_p"] == 0.9 and want["top_k"] == 200
-    for cfg in (OmegaConf.load(ROOT / "conf" / "sample.yaml"), OmegaConf.load(ROOT / "conf" / "evaluate.yaml")):
-        assert {k: cfg[k] for k in want} == want
-    logger = instantiate(compose_train().callbacks.evaluation)  # PoemEvaluationLogger
-    assert {k: getattr(logger.options, k) for k in want} == want
+    assert OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "sampling.yaml")) == RECIPE
+    assert {k: getattr(SamplingOptions(), k) for k in RECIPE} == RECIPE
+    short = {**RECIPE, "max_new_tokens": 100}  # the samples table during training: shorter poems
+    assert sampling_of(ROOT / "conf") == {"sample": RECIPE, "evaluate": RECIPE, "samples": short, "evaluation": RECIPE}
+    assert sampling_of(ROOT / "conf", "temperature=0.8", "top_k=null")["sample"] == {**RECIPE, "temperature": 0.8,
+                                                                                    "top_k": None}
+    callbacks = compose_train().callbacks
+    assert vars(instantiate(callbacks.samples).options) == vars(SamplingOptions(num_samples=4, max_new_tokens=100))
+    assert vars(instantiate(callbacks.evaluation).options) == vars(SamplingOptions(num_samples=16))
+    callbacks = compose_train("sampling.temperature=0.5").callbacks  # one override for both callbacks
+    assert callbacks.samples.temperature == callbacks.evaluation.temperature == 0.5
+    assert list(callbacks) == ["model_checkpoint", "lr_monitor", "attention_maps", "samples", "evaluation", "head_effects"]
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    edited = {**RECIPE, "temperature": 0.7, "top_k": 40, "top_p": None, "repetition_penalty": 1.2, "seed": 7}
+    OmegaConf.save(edited, tmp_path / "conf" / "sampling.yaml")
+    assert sampling_of(tmp_path / "conf") == {"sample": edited, "evaluate": edited,
+                                              "samples": {**edited, "max_new_tokens": 100}, "evaluation": edited}
