@@ -47,6 +47,19 @@ def test_config_groups(overrides, expected):
         assert OmegaConf.select(cfg, key) == value, key
 
 
+
+def test_small_is_the_default_recipe_at_6x6x384():
+    """conf/model/small.yaml: tiny.yaml's recipe at another shape; experiment=small_gpu adds dropout and its schedule."""
+    from omegaconf import OmegaConf
+
+    tiny, small, gpu = (OmegaConf.to_container(compose_train(*o).model) for o in ([], ["model=small"],
+                                                                                  ["experiment=small_gpu"]))
+    shape = {"name": "small", "block_size": 128, "n_layer": 6, "n_head": 6, "n_embd": 384}
+    assert small == {**tiny, **shape}
+    assert gpu == {**tiny, **shape, "dropout": 0.1,
+                   "optim": {**tiny["optim"], "lr": 1e-3, "warmup_steps": 200, "min_lr_ratio": 0.1}}
+
+
 RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,
           "seed": 1337}
 
