@@ -1,11 +1,11 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml): prompt, form, acrostic, rhyme, meter, control, num_samples,
-max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, use_cache, device,
-backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode, format. The same
-seed and options give the same poems. A model trained with plan tokens draws each poem's form
-and rhyme first; the text never shows them, `format=jsonl` records them (`plan`: form and
-rhyme group, null for none).
+Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, acrostic,
+rhyme, meter, control, num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
+format. The same seed and options give the same poems. A model trained with plan tokens draws
+each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
+(`plan`: form and rhyme group, null for none).
 """
 from __future__ import annotations
 

@@ -46,14 +46,16 @@ BUSY = 0.2
 
 
 def model_config(name: str) -> tuple[GPTConfig, dict]:
-    """GPTConfig and optimizer settings of conf/model/<name>.yaml; `small` gets experiment=small_gpu's recipe."""
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml"))
-    if name == "small":
-        exp = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "experiment" / "small_gpu.yaml"))
-        cfg = OmegaConf.to_container(OmegaConf.merge(cfg, exp["model"]))
-    optim = cfg.pop("optim")
-    cfg.pop("name")
-    return GPTConfig(vocab_size=VOCAB[name], **cfg), optim
+    """GPTConfig and optimizer settings of conf/model/<name>.yaml as train.py composes it; `small` with
+    experiment=small_gpu's recipe."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        model = OmegaConf.to_container(compose("train", ["experiment=small_gpu"] if name == "small" else
+                                               [f"model={name}"]).model)
+    optim = model.pop("optim")
+    model.pop("name")
+    return GPTConfig(vocab_size=VOCAB[name], **model), optim
 
 
 def flops_per_token(cfg: GPTConfig) -> float:

@@ -60,6 +60,14 @@ def tiny_overrides(tmp_path: Path, corpus: Path) -> list[str]:
     ]
 
 
+def compose_sample(*overrides: str):
+    """conf/sample.yaml composed (its sampling recipe from conf/sampling.yaml), as `python sample.py` reads it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("sample", overrides=list(overrides))
+
+
 def make_train_cfg(tmp_path: Path, corpus: Path, monkeypatch):
     """A maker of the real train config with a tiny model and data (`tiny_overrides`) and
     run_name `test`, writing under tmp_path."""

@@ -99,8 +99,7 @@ def test_sample_table_poems_keep_the_poem_rules():
     [(key, columns, rows, step)] = wandb.tables
     assert (key, columns, step) == ("samples", ["step", "poem"], 7)
     assert rows == [[7, "月，月，月，月，月，"]] * 3  # ran to max_new_tokens: no 。 was likelier than ，
-    assert logger.poems == sample_poems(lit.engine, SamplingOptions(num_samples=3, max_new_tokens=10, temperature=0.8,
-                                                             top_k=50, seed=0))
+    assert logger.poems == sample_poems(lit.engine, SamplingOptions(num_samples=3, max_new_tokens=10))
 
 
 def test_each_validation_logs_an_attention_view_to_wandb(tmp_path, monkeypatch):

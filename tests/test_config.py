@@ -1,4 +1,6 @@
 """The real Hydra configs compose, and their paths do not depend on the working directory."""
+import shutil
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
@@ -21,18 +23,15 @@ def test_paths_hang_off_the_project_root(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("overrides, expected", [
     ([], {"model.name": "tiny", "attention.backend": "sdpa", "trainer.precision": "auto", "data.block_size": 72,
-          "model.head": "adaptive", "model.pos_emb": "rope", "model.optim.name": "muon"}),
+          "model.head": "adaptive", "model.pos_emb": "rope", "model.optim.muon_lr": 0.02}),
     (["model=small", "attention=flash", "trainer=gpu"],
      {"model.n_layer": 6, "model.n_embd": 384, "attention.backend": "flash", "trainer.precision": "bf16-mixed",
       "data.block_size": 128}),
     (["experiment=small_gpu"], {"model.name": "small", "data.batch_size": 128, "trainer.accelerator": "gpu",
                                 "model.dropout": 0.1, "data.also_validate.song": f"{ROOT}/data/corpus/song.jsonl.xz",
-                                "model.optim.name": "muon", "model.pos_emb": "rope", "model.optim.lr": 1e-3,
-                                "model.phonology": True, "model.phon_output": True, "model.structure": True,
-                                "model.struct_recover": True, "model.rhyme_loss_at": "rhyme_slots",
+                                "model.pos_emb": "rope", "model.optim.lr": 1e-3, "model.poem_inputs": True,
                                 "data.mid_poem_fraction": 0.25}),
-    ([], {"model.phonology": True, "model.phon_output": True, "model.structure": True, "model.rhyme_loss_weight": 0.1,
-          "model.rhyme_loss_at": "rhyme_slots", "model.struct_recover": True, "data.mid_poem_fraction": 0.25}),
+    ([], {"model.poem_inputs": True, "model.rhyme_loss_weight": 0.1, "data.mid_poem_fraction": 0.25}),
     (["trainer=ddp"], {"trainer.strategy": "ddp", "trainer.precision": "auto"}),
     ([], {"tokenizer.kind": "char", "data.tokenizer.kind": "char"}),
     (["tokenizer=tiktoken"], {"data.tokenizer.kind": "tiktoken", "data.tokenizer.encoding": "cl100k_base"}),
@@ -46,23 +45,62 @@ def test_config_groups(overrides, expected):
         assert OmegaConf.select(cfg, key) == value, key
 
 
-@pytest.mark.parametrize("override", ["data.train_windows=random", "data.anneal_mix=rhymed", "data=song"])
+@pytest.mark.parametrize("override", ["data.train_windows=random", "data.anneal_mix=rhymed", "data=song",
+                                      "model.qk_norm=true", "model.optim.name=adamw", "model.structure=false"])
 def test_a_removed_option_fails_as_an_unknown_one_does(override):
     with pytest.raises(ConfigCompositionException):
         compose_train(override)
 
 
-def test_every_entry_point_samples_with_the_same_defaults():
-    """sample.py, evaluate.py and the end-of-run evaluation draw poems as SamplingOptions does by default."""
+def test_small_is_the_default_recipe_at_6x6x384():
+    """conf/model/small.yaml: tiny.yaml's recipe at another shape; experiment=small_gpu adds dropout and its schedule."""
+    from omegaconf import OmegaConf
+
+    tiny, small, gpu = (OmegaConf.to_container(compose_train(*o).model) for o in ([], ["model=small"],
+                                                                                  ["experiment=small_gpu"]))
+    shape = {"name": "small", "block_size": 128, "n_layer": 6, "n_head": 6, "n_embd": 384}
+    assert small == {**tiny, **shape}
+    assert gpu == {**tiny, **shape, "dropout": 0.1,
+                   "optim": {**tiny["optim"], "lr": 1e-3, "warmup_steps": 200, "min_lr_ratio": 0.1}}
+
+
+RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,
+          "seed": 1337}
+
+
+def sampling_of(conf, *overrides):
+    """{entry: its sampling keys} of sample.py, evaluate.py and the two sampling callbacks, composed from conf."""
+    with initialize_config_dir(str(conf), version_base="1.3"):
+        sample, evaluate = compose("sample", overrides=list(overrides)), compose("evaluate", overrides=list(overrides))
+        callbacks = compose("train").callbacks
+    return {name: {k: cfg[k] for k in RECIPE} for name, cfg in
+            [("sample", sample), ("evaluate", evaluate), ("samples", callbacks.samples),
+             ("evaluation", callbacks.evaluation)]}
+
+
+def test_every_entry_point_samples_with_conf_sampling_yaml(tmp_path):
+    """One copy: sample.py, evaluate.py and the callbacks compose conf/sampling.yaml; SamplingOptions (the
+    studio's defaults, attention_maps.py's free poems) reads it. Editing it changes them all."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from model.sampling.poems import SamplingOptions
 
-    defaults = SamplingOptions()
-    want = {k: getattr(defaults, k) for k in ("temperature", "top_k", "top_p", "max_new_tokens", "seed")}
-    assert want["temperature"] == 1.05 and want["top_p"] == 0.9 and want["top_k"] == 200
-    for cfg in (OmegaConf.load(ROOT / "conf" / "sample.yaml"), OmegaConf.load(ROOT / "conf" / "evaluate.yaml")):
-        assert {k: cfg[k] for k in want} == want
-    logger = instantiate(compose_train().callbacks.evaluation)  # PoemEvaluationLogger
-    assert {k: getattr(logger.options, k) for k in want} == want
+    assert OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "sampling.yaml")) == RECIPE
+    assert {k: getattr(SamplingOptions(), k) for k in RECIPE} == RECIPE
+    short = {**RECIPE, "max_new_tokens": 100}  # the samples table during training: shorter poems
+    assert sampling_of(ROOT / "conf") == {"sample": RECIPE, "evaluate": RECIPE, "samples": short, "evaluation": RECIPE}
+    assert sampling_of(ROOT / "conf", "temperature=0.8", "top_k=null")["sample"] == {**RECIPE, "temperature": 0.8,
+                                                                                    "top_k": None}
+    callbacks = compose_train().callbacks
+    assert vars(instantiate(callbacks.samples).options) == vars(SamplingOptions(num_samples=4, max_new_tokens=100))
+    assert vars(instantiate(callbacks.evaluation).options) == vars(SamplingOptions(num_samples=16))
+    callbacks = compose_train("sampling.temperature=0.5").callbacks  # one override for both callbacks
+    assert callbacks.samples.temperature == callbacks.evaluation.temperature == 0.5
+    assert list(callbacks) == ["model_checkpoint", "lr_monitor", "attention_maps", "samples", "evaluation", "head_effects"]
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    edited = {**RECIPE, "temperature": 0.7, "top_k": 40, "top_p": None, "repetition_penalty": 1.2, "seed": 7}
+    OmegaConf.save(edited, tmp_path / "conf" / "sampling.yaml")
+    assert sampling_of(tmp_path / "conf") == {"sample": edited, "evaluate": edited,
+                                              "samples": {**edited, "max_new_tokens": 100}, "evaluation": edited}

@@ -330,17 +330,15 @@ def test_a_plan_model_trains_logs_bpc_text_samples_and_evaluates(trained, capsys
 
     import evaluate as evaluate_script
     import sample as sample_script
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, compose_sample
 
     cfg, metrics, tmp_path = trained
     assert metrics["val/bpc"] > metrics["val/bpc_text"] > 0
     ckpt = tmp_path / "checkpoints" / "test" / "last.ckpt"
-    scfg = OmegaConf.load(ROOT / "conf" / "sample.yaml")
-    del scfg["defaults"], scfg["hydra"]
     out = io.StringIO()
-    poems = sample_script.sample(OmegaConf.merge(scfg, {"ckpt_path": str(ckpt), "num_samples": 3, "format": "jsonl",
-                                                        "form": "wujue", "rhyme": True,
-                                                        "paths": {"checkpoint_dir": str(ckpt.parent.parent)}}), out)
+    poems = sample_script.sample(OmegaConf.merge(compose_sample(), {
+        "ckpt_path": str(ckpt), "num_samples": 3, "format": "jsonl", "form": "wujue", "rhyme": True,
+        "paths": {"checkpoint_dir": str(ckpt.parent.parent)}}), out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["poem"] for r in records] == poems and all(form_of(p) == "wujue" and "<" not in p for p in poems)
     assert all(r["plan"]["form"] == "wujue" and r["plan"]["rhyme"] in level_tone_table() for r in records)

@@ -19,7 +19,7 @@ from data.verse.poetry import LINE_END, form_of
 from model.attention import BackendUnavailableError
 from model.inspection.attention_stats import STATISTICS
 from model.inspection.poem_metrics import METRICS
-from tests.conftest import ROOT, make_train_cfg, write_corpus
+from tests.conftest import ROOT, compose_sample, make_train_cfg, write_corpus
 from tests.wandb_records import history
 
 
@@ -121,10 +121,8 @@ def test_a_run_shorter_than_the_validation_interval_still_ends_with_a_validation
 def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
     cfg, _, tmp_path = trained
     ckpt = tmp_path / "checkpoints" / "test" / "last.ckpt"
-    scfg = OmegaConf.load(train_script.rootutils.find_root(indicator=".project-root") / "conf" / "sample.yaml")
-    scfg = OmegaConf.merge(scfg, {"ckpt_path": str(ckpt), "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")},
-                                  "num_samples": 3, "max_new_tokens": 30, "prompt": "舉頭"})
-    del scfg["defaults"], scfg["hydra"]
+    scfg = OmegaConf.merge(compose_sample(), {"ckpt_path": str(ckpt), "num_samples": 3, "max_new_tokens": 30,
+                                              "prompt": "舉頭", "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")}})
     monkeypatch.setattr(train_script, "train", None)  # sampling must not need the training code path
     (tmp_path / "cache").rename(tmp_path / "cache-moved")  # nor the prepared data
     poems = sample_script.sample(scfg)
@@ -144,10 +142,8 @@ def test_checkpoint_alone_is_enough_to_sample(trained, monkeypatch):
 
 def sample_cfg(trained, **options):
     cfg, _, tmp_path = trained
-    scfg = OmegaConf.load(train_script.rootutils.find_root(indicator=".project-root") / "conf" / "sample.yaml")
-    del scfg["defaults"], scfg["hydra"]
-    return OmegaConf.merge(scfg, {"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"),
-                                  "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")}, **options})
+    return OmegaConf.merge(compose_sample(), {"ckpt_path": str(tmp_path / "checkpoints" / "test" / "last.ckpt"),
+                                              "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")}, **options})
 
 
 def test_sample_script_writes_jsonl_with_the_settings(trained):

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterator
 
 import torch
+from omegaconf import OmegaConf
 
 from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
@@ -28,6 +30,10 @@ from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
+
+RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
+"""The sampling recipe (conf/sampling.yaml, the one copy): `SamplingOptions`' defaults, and the
+entry configs' and training callbacks' values, which compose the same file."""
 
 CONTROLS = ("hard", "soft", "both")
 """How `form`/`rhyme` are asked for: masks (hard), plan tokens (soft, plan models only), or both."""
@@ -46,16 +52,16 @@ class SamplingOptions:
     """
     prompt: str = ""
     num_samples: int = 1
-    max_new_tokens: int = 200
-    temperature: float = 1.05
-    top_k: int | None = 200
-    top_p: float | None = 0.9
-    seed: int = 1337
+    max_new_tokens: int = RECIPE.max_new_tokens
+    temperature: float = RECIPE.temperature
+    top_k: int | None = RECIPE.top_k
+    top_p: float | None = RECIPE.top_p
+    seed: int = RECIPE.seed
     form: str | None = None
     acrostic: str = ""
     rhyme: bool = False
     meter: bool = False
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = RECIPE.repetition_penalty
     use_cache: bool = True
     control: str | None = None
 

@@ -177,12 +177,11 @@ class SampleLogger(L.Callback):
     """Samples a few poems at each validation and logs them as a wandb table `samples`
     (columns: step, poem), through the one sampling path (`model.sampling.poems.sample_poems`:
     the same poem rules as `sample.py`). Seeded, so the same checkpoint gives the same table.
+    options: the other `SamplingOptions` fields (their defaults: conf/sampling.yaml, as `sample.py`'s).
     `poems` keeps the last poems sampled."""
 
-    def __init__(self, num_samples: int = 4, max_new_tokens: int = 100, temperature: float = 0.8,
-                 top_k: int | None = 50, seed: int = 0):
-        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
-                                       temperature=temperature, top_k=top_k, seed=seed)
+    def __init__(self, num_samples: int = 4, **options):
+        self.options = SamplingOptions(num_samples=num_samples, **options)
         self.rows: list[list] = []
         self.poems: list[str] = []
 
@@ -203,7 +202,8 @@ class PoemEvaluationLogger(L.Callback):
     num_samples: poems per sample set; sets, forms: which sample sets
     (`model.inspection.evaluation.sample_requests`; a BPE model gets no form, rhyme or meter
     sets, a model without plan tokens no soft sets); reference:
-    held-out human poems; the sampling options as in `sample.py`. Logs a table `eval/poems`
+    held-out human poems; options: the other `SamplingOptions` fields (their defaults:
+    conf/sampling.yaml, as `sample.py`'s). Logs a table `eval/poems`
     (columns: set, then `model.inspection.poem_metrics.METRICS`; the first row the human
     reference), the free set's figures as scalars `eval/free/<metric>`, and `eval/seconds`,
     the time it took (also kept in `seconds`). `val/bpc` is the last validation's, logged by
@@ -212,13 +212,10 @@ class PoemEvaluationLogger(L.Callback):
 
     def __init__(self, corpus_path: str, num_samples: int = 16,
                  sets: Sequence[str] = ("free", "form", "rhyme", "meter", "soft"),
-                 forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200,
-                 max_new_tokens: int = 200, temperature: float = 1.05, top_k: int | None = 200,
-                 top_p: float | None = 0.9, seed: int = 1337):
+                 forms: Sequence[str] = ("wujue", "qijue", "wulv", "qilv"), reference: int = 200, **options):
         sample_requests(sets, forms)  # raises for unknown names, before training
         self.corpus_path, self.sets, self.forms, self.reference = corpus_path, list(sets), list(forms), reference
-        self.options = SamplingOptions(num_samples=num_samples, max_new_tokens=max_new_tokens,
-                                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        self.options = SamplingOptions(num_samples=num_samples, **options)
         self.seconds = 0.0
 
     @rank_zero_only
