@@ -1,15 +1,16 @@
-"""The optional input features: the per-vocabulary tables (data/features.py), the network's
+"""The poem inputs (`poem_inputs`): the per-vocabulary tables (data/features.py), the network's
 phonology and structure embeddings and auxiliary rhyme loss, the KV cache and the backends
 with them, checkpoints with them."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from data.features import PAD, READINGS, full_stops, group_ids, phonology_tables, token_kinds
 from data.tokenizer import CharTokenizer
 from model.attention import BACKENDS
 from model.gpt import GPT, GPTConfig
+from model.kv_cache import Cache
 from model.loading import load_engine
-from model.poem_inputs import PoemInputs
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, generate
 
@@ -42,18 +43,14 @@ KINDS = torch.tensor([1, 2, *[3 if i % 7 == 0 else 0 for i in range(2, V)]])  # 
 
 def tiny(backend="naive", block_size=80, **kw):
     torch.manual_seed(0)
-    kw = {"phonology": True, **kw}
     m = GPT(GPTConfig(vocab_size=V, block_size=block_size, n_layer=2, n_head=2, n_embd=32, backend=backend,
-                      **kw)).eval()
+                      poem_inputs=True, **kw)).eval()
     g = torch.Generator().manual_seed(3)
     groups = torch.randint(0, 31, (V, 4), generator=g)
     groups[:, 1:][torch.rand(V, 3, generator=g) < 0.7] = -1  # most tokens one reading, some several
-    if m.cfg.phonology:
-        m.poem.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
-    if hasattr(m.poem, "token_kind"):
-        m.poem.set_token_kinds(KINDS)
-    if hasattr(m.poem, "full_stop"):
-        m.poem.set_full_stops(torch.arange(V) % 14 == 0)  # marks 14, 28, …: full stops; 7, 21, …: commas
+    m.poem.set_phonology(groups, torch.randint(0, 4, (V,), generator=g))
+    m.poem.set_token_kinds(KINDS)
+    m.poem.set_full_stops(torch.arange(V) % 14 == 0)  # marks 14, 28, …: full stops; 7, 21, …: commas
     return m
 
 
@@ -69,37 +66,26 @@ def test_the_features_change_the_logits_and_a_polyphonic_token_gets_the_mean_of_
         assert torch.equal(m.poem.output_rows(torch.tensor([[5]]))[0, 0], torch.full((32,), 4.0))  # (2 + 6) / 2
 
 
-FEATURES = [{}, {"structure": True}, {"phonology": False, "structure": True}]
-
-
-@pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kv_cache_gives_the_same_logits_as_a_full_forward_with_the_features(backend, features):
-    m = tiny(backend, **features)
+def test_kv_cache_and_every_backend_give_the_logits_of_a_naive_full_forward_with_the_poem_inputs(backend):
+    m = tiny(backend)
     start = torch.randint(2, V, (3, 5), generator=torch.Generator().manual_seed(1))
     start[:, 0] = 0  # <bos>: the structure is known
     cached = generate(m, start, 64, temperature=0, use_cache=True)
     assert torch.equal(cached, generate(m, start, 64, temperature=0, use_cache=False))
     full = m(cached[:, :-1])  # (3, 68, V)
-    cache = m.new_cache()
+    torch.testing.assert_close(full, tiny("naive")(cached[:, :-1]), rtol=1e-5, atol=1e-5)
+    cache = Cache(m.cfg.n_layer, m.cfg.block_size)
     steps = [m(cached[:, :5], cache=cache)] + [m(cached[:, t:t + 1], cache=cache) for t in range(5, 68)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("features", FEATURES)
-@pytest.mark.parametrize("backend", ["sdpa", "flash"])
-def test_backends_give_the_same_model_with_the_features(backend, features):
-    idx = torch.randint(0, V, (2, 16))
-    torch.testing.assert_close(tiny(backend, **features)(idx), tiny("naive", **features)(idx), rtol=1e-5, atol=1e-5)
-
-
-def structure_of(text: str, history: str = "", recover: bool = False) -> list[tuple[int, int, int]]:
+def structure_of(text: str, history: str = "") -> list[tuple[int, int, int]]:
     """structure_ids of a character text ('^' <bos>, '$' <eos>) on a model of its vocabulary."""
     tok = CharTokenizer(sorted(set(text + history) - set("^$")))
-    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True, struct_recover=recover))
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, poem_inputs=True))
     m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
-    if recover:
-        m.poem.set_full_stops(torch.tensor(full_stops(tok)))
+    m.poem.set_full_stops(torch.tensor(full_stops(tok)))
     ids = [[tok.encode(c.replace("^", "").replace("$", ""), bos=c == "^", eos=c == "$")[0] for c in t]
            for t in (history, text)]
     got = m.poem.structure_ids(torch.tensor([ids[1]]), torch.tensor([ids[0]]) if history else None)  # (1, T, 3)
@@ -120,92 +106,61 @@ def test_structure_ids_of_a_hand_made_poem():
     assert got[25] == (0, 0, 0)  # after <eos>: unknown
 
 
-def test_structure_is_unknown_until_a_poem_starts_and_history_supplies_it():
-    mid = structure_of("地上霜。举头")  # a window that starts mid-poem
-    assert mid == [(0, 0, 0)] * 6
-    with_history = structure_of("地上霜。举头", history="^床前明月光，疑是")  # a refilled cache's history
-    assert with_history == structure_of("^床前明月光，疑是地上霜。举头")[-6:]
-    assert with_history[0] == (2, 3, 2) and with_history[1] == (2, 2, 4)  # after 地, after 上 (霜 next)
-
-
-def test_structure_is_read_from_the_marks_where_no_poem_start_is_in_sight():
-    text = "地上霜。举头望明月，低头思故乡。"
-    got = structure_of(text, recover=True)
+def test_structure_is_read_from_the_marks_where_no_poem_start_is_in_sight_and_from_the_history():
+    text = "地上霜。举头望明月，低头思故乡。"  # a window that starts mid-poem
+    got = structure_of(text)
     assert got[:3] == [(0, 0, 0)] * 3  # no mark yet: unknown
     assert got[3:9] == [(0, 0, 1)] * 6  # after 。: characters of a line of unknown length
     assert got[9] == (0, 6, 2)  # after ，: the line is as long as 举头望明月, 5 characters before the mark
     assert got[13] == (0, 2, 4) and got[14] == (0, 1, 3)  # 乡 next: a rhyme slot (the line after ，), then 。
     assert got[15] == (0, 6, 2)  # after 。 a couplet's first line: its last character is no rhyme slot
-    assert structure_of("月，举头望明月。低头思故乡，", recover=True)[11] == (0, 2, 2)  # after 。: not a rhyme slot
+    assert structure_of("月，举头望明月。低头思故乡，")[11] == (0, 2, 2)  # after 。: not a rhyme slot
     whole = structure_of("^床前明月光，疑是" + text)  # the same lines with the poem's start in sight
     assert [g[1:] for g in got[9:]] == [g[1:] for g in whole[-7:]]  # the same countdowns and slots
-    assert structure_of(text) == [(0, 0, 0)] * len(text)  # without struct_recover: unknown, as before
     # a poem that starts inside the window is read from its <bos>; after an <eos>, unknown until one
-    mixed = structure_of("月，低头思故乡。$^床前明月光，", recover=True)
+    mixed = structure_of("月，低头思故乡。$^床前明月光，")
     assert mixed[8] == (0, 0, 0) and mixed[9:] == structure_of("^床前明月光，")
-    assert structure_of(text[4:], history="^床前明月光，疑是地上霜。", recover=True) == \
-        structure_of("^床前明月光，疑是地上霜。" + text[4:])[-len(text[4:]):]  # history in sight: as before
+    with_history = structure_of(text[:6], history="^床前明月光，疑是")  # a refilled cache's history: the line ids too
+    assert with_history == whole[-len(text):-len(text) + 6]
+    assert with_history[0] == (2, 3, 2) and with_history[1] == (2, 2, 4)  # after 地, after 上 (霜 next)
 
 
-@pytest.mark.parametrize("recover", [False, True])
-def test_the_cache_keeps_the_text_continues_the_structure_and_refills_itself(recover):
-    m = tiny(block_size=16, structure=True, struct_recover=recover)
-    seq = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 6, 7, 8, 9]])  # <bos>, marks at 7 and 14
-    if recover:  # a text that starts mid-poem
-        seq = torch.tensor([[5, 7, 8, 9, 10, 14, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4]])
-    cache = m.new_cache()
+@pytest.mark.parametrize("seq", [[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 6, 7, 8, 9],  # <bos>, marks at 7 and 14
+                                 [5, 7, 8, 9, 10, 14, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4]])  # a text that starts mid-poem
+def test_the_cache_keeps_the_text_continues_the_structure_and_refills_itself(seq, monkeypatch):
+    m, seq = tiny(block_size=16), torch.tensor([seq])
+    cache = Cache(m.cfg.n_layer, m.cfg.block_size)
     m(seq[:, :8], cache=cache)
     torch.testing.assert_close(m(seq[:, 8:], cache=cache), m(seq)[:, 8:], rtol=1e-5, atol=1e-5)
     assert torch.equal(cache.ids, seq)
     assert torch.equal(m.poem.structure_ids(seq[:, 8:], seq[:, :8]), m.poem.structure_ids(seq)[:, 8:])
     assert not torch.equal(m.poem.structure_ids(seq[:, 8:]), m.poem.structure_ids(seq)[:, 8:])  # without: unknown
-    caches, new_cache = [], m.new_cache
-    m.new_cache = lambda keep=False: caches.append(new_cache(keep)) or caches[-1]
+    caches = []
+    monkeypatch.setattr("model.engine.Cache", lambda *a: caches.append(Cache(*a)) or caches[-1])
     out = generate(m, seq[:, :5], 20, temperature=0, use_cache=True)  # past block_size: refills
     assert out.shape == (1, 25) and len(caches) == 1  # one cache for the whole text
     # 24 tokens fed; at 17 it refilled with the last 8 (9 stay history), then took 7 more
     assert torch.equal(caches[0].ids, out[:, :24]) and caches[0].length == 15
 
 
-def test_the_rhyme_loss_scores_line_final_targets_only():
+def test_the_rhyme_loss_scores_the_even_lines_last_characters_only():
     m = tiny(rhyme_loss_weight=0.5)
-    idx = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(2))
-    y = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(4))
-    y[y % 7 == 0] += 1  # no line-end marks: no rhyme term
-    assert m.poem.rhyme_loss(m._hidden(idx), y).item() == 0.0
-    y[0, 5] = 7  # a mark after target 4: target 4 is line-final
-    x = m._hidden(idx)
-    expected = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, 4:5]), m.poem.phon_group_ids[y[0, 4:5], 0])
-    torch.testing.assert_close(m.poem.rhyme_loss(x, y), expected)
-    ce = torch.nn.functional.cross_entropy(m(idx).view(-1, V), y.view(-1))
-    torch.testing.assert_close(m.loss(idx, y), ce + expected)  # the language-model loss plus the rhyme term
-    with pytest.raises(ValueError, match="need phonology"):
-        GPT(GPTConfig(vocab_size=V, rhyme_loss_weight=0.5))
-
-
-def test_the_rhyme_loss_at_rhyme_slots_scores_the_even_lines_last_characters_only():
-    m = tiny(rhyme_loss_weight=0.5, rhyme_loss_at="rhyme_slots", structure=True)
     # <bos>, four lines of 3 characters, each with its mark (7 or 14): the rhyme slots are lines 2 and 4's last
     idx = torch.tensor([[0, 3, 4, 5, 7, 8, 9, 10, 14, 3, 4, 5, 7, 8, 9, 10]])
     y = torch.cat([idx[:, 1:], torch.tensor([[14]])], dim=1)  # targets: the next tokens
     x = m._hidden(idx)
-    slots = [6, 14]  # positions whose target is 10 (line 2's last) and 10 (line 4's last)
-    assert m.poem.structure_ids(idx)[0, slots, 2].tolist() == [4, 4]
-    expected = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, slots]),
-                                                       m.poem.phon_group_ids[y[0, slots], 0])
+    slots = [6, 14]  # positions whose target is 10 (line 2's last) and 10 (line 4's last), not 2 and 10 (odd lines')
+    assert m.poem.structure_ids(idx)[0, :, 2].eq(4).nonzero()[:, 0].tolist() == slots
+    expected = 0.5 * F.cross_entropy(m.poem.rhyme_head(x[0, slots]), m.poem.phon_group_ids[y[0, slots], 0])
     torch.testing.assert_close(m.poem.rhyme_loss(x, y, idx), expected)
-    line_ends = tiny(rhyme_loss_weight=0.5, structure=True)  # every line's last: 4 targets, positions 2, 6, 10, 14
-    line_ends.load_state_dict(m.state_dict())
-    every = 0.5 * torch.nn.functional.cross_entropy(m.poem.rhyme_head(x[0, [2, 6, 10, 14]]),
-                                                    m.poem.phon_group_ids[y[0, [2, 6, 10, 14]], 0])
-    torch.testing.assert_close(line_ends.poem.rhyme_loss(x, y, idx), every)
+    ce = F.cross_entropy(m(idx).view(-1, V), y.view(-1))
+    torch.testing.assert_close(m.loss(idx, y), ce + expected)  # the language-model loss plus the rhyme term
     y[0, 6] = -1  # not scored: not in the loss
-    torch.testing.assert_close(m.poem.rhyme_loss(x, y, idx), 0.5 * torch.nn.functional.cross_entropy(
+    torch.testing.assert_close(m.poem.rhyme_loss(x, y, idx), 0.5 * F.cross_entropy(
         m.poem.rhyme_head(x[0, [14]]), m.poem.phon_group_ids[y[0, [14]], 0]))
-    with pytest.raises(ValueError, match="rhyme_loss_at=rhyme_slots needs structure=True"):
-        GPT(GPTConfig(vocab_size=V, phonology=True, rhyme_loss_weight=0.5, rhyme_loss_at="rhyme_slots"))
-    with pytest.raises(ValueError, match="rhyme_loss_at='odd' is not one of"):
-        GPT(GPTConfig(vocab_size=V, phonology=True, rhyme_loss_at="odd"))
+    assert m.poem.rhyme_loss(x[:, :6], y[:, :6], idx[:, :6]).item() == 0.0  # no rhyme slot: no rhyme term
+    with pytest.raises(ValueError, match="needs poem_inputs=true"):
+        GPT(GPTConfig(vocab_size=V, rhyme_loss_weight=0.5))
 
 
 def test_bad_tables_are_refused():
@@ -216,16 +171,12 @@ def test_bad_tables_are_refused():
         m.poem.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4))
     with pytest.raises(ValueError, match="first group id"):
         m.poem.set_phonology(torch.full((V, 4), -1), tones)
-    with pytest.raises(ValueError, match="no phonology"):
-        PoemInputs(GPTConfig(vocab_size=V)).set_phonology(torch.zeros(V, 4), torch.zeros(V))
-    with pytest.raises(ValueError, match="no token kinds"):
-        PoemInputs(GPTConfig(vocab_size=V, phonology=True)).set_token_kinds(KINDS)
 
 
 def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
     tok = CharTokenizer.from_texts(POEMS)
     torch.manual_seed(0)
-    lit = LitGPT({"block_size": 16, "n_layer": 1, "n_head": 2, "n_embd": 16, "phonology": True,
+    lit = LitGPT({"block_size": 16, "n_layer": 1, "n_head": 2, "n_embd": 16, "poem_inputs": True,
                   "rhyme_loss_weight": 0.3}, {}, tok.state_dict(), script="traditional")
     path = tmp_path / "last.ckpt"
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
@@ -238,8 +189,8 @@ def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
 
 
 @pytest.mark.parametrize("head", ["tied", "adaptive"])
-def test_phon_output_adds_the_phonology_to_the_output_vectors_and_stays_a_distribution(head):
-    m = tiny(head=head, head_cutoffs=(20,), phon_output=True)
+def test_the_phonology_is_added_to_the_output_vectors_and_it_stays_a_distribution(head):
+    m = tiny(head=head, head_cutoffs=(20,))
     if head == "adaptive":
         m.lm_head.set_token_counts(torch.arange(V).flip(0))  # id 0 the most frequent
     idx = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(1))
@@ -254,17 +205,18 @@ def test_phon_output_adds_the_phonology_to_the_output_vectors_and_stays_a_distri
     else:  # the head cluster: ranks 0…19 are ids 0…19 here
         w = m.lm_head.adaptive.head.weight
         torch.testing.assert_close(m.lm_head.adaptive.head(x), x @ torch.cat([w[:20] + phon[:20], w[20:]]).T)
-    with pytest.raises(ValueError, match="need phonology"):
-        GPT(GPTConfig(vocab_size=V, phon_output=True))
 
 
-def test_a_checkpoint_from_before_the_features_cannot_resume_with_them(tmp_path):
+def test_a_checkpoint_resumes_with_the_poem_inputs_it_was_trained_with(tmp_path):
     from model.training.checkpoints import check_same_shape
 
-    old = {"hyper_parameters": {"model": {"n_layer": 4, "n_embd": 96}}}  # no phonology field: trained without
-    check_same_shape(old, {"n_layer": 4, "phonology": False}, tmp_path)
-    with pytest.raises(ValueError, match="model.phonology: checkpoint False, asked True"):
-        check_same_shape(old, {"n_layer": 4, "phonology": True}, tmp_path)
+    old = {"hyper_parameters": {"model": {"n_layer": 4, "n_embd": 96}}}  # no poem-input field: trained without
+    check_same_shape(old, {"n_layer": 4, "poem_inputs": False}, tmp_path)
+    with pytest.raises(ValueError, match="model.poem_inputs: checkpoint False, asked True"):
+        check_same_shape(old, {"n_layer": 4, "poem_inputs": True}, tmp_path)
+    on = {"hyper_parameters": {"model": {"n_layer": 4, "phonology": True, "phon_output": True, "structure": True,
+                                         "struct_recover": True, "rhyme_loss_at": "rhyme_slots"}}}  # before issue 37
+    check_same_shape(on, {"n_layer": 4, "poem_inputs": True}, tmp_path)
 
 
 def test_a_plan_models_structure_starts_after_its_plan_tokens():
@@ -274,7 +226,7 @@ def test_a_plan_models_structure_starts_after_its_plan_tokens():
 
     poem = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
     tok = CharTokenizer.from_texts([poem], plan=plan_labels())
-    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, structure=True))
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, poem_inputs=True))
     m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
     plain = tok.encode(poem, bos=True, eos=True)
     planned = [plain[0], tok.itos.index("<五绝>"), tok.itos.index("<下平聲七陽>"), *plain[1:]]
