@@ -86,7 +86,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar())  # steps against max_steps, or seconds against max_time
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
-                                      plugins=[AtomicCheckpointIO()])
+                                      plugins=[AtomicCheckpointIO((ckpt_path, saved) if ckpt_path else None)])
     check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)
 
     datamodule = hydra.utils.instantiate(cfg.data)

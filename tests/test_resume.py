@@ -79,7 +79,10 @@ def test_sigterm_after_10_steps_then_resume_gives_the_uninterrupted_run(uninterr
     ckpt = tmp_path / "a" / "checkpoints" / "test" / "last.ckpt"
     assert sorted(first) == list(range(10))
     assert read_checkpoint(ckpt)["global_step"] == 10  # the step under way, not the last validation
+    reads, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda path, *a, **k: reads.append(str(path)) or load(path, *a, **k))
     second = rec.run(make_train_cfg(tmp_path / "b", corpus, monkeypatch)(*RUN, f"ckpt_path={ckpt.parent}"))
+    assert reads.count(str(ckpt)) == 1  # checked by train.py, then restored by Lightning from the same read
     assert sorted(second) == list(range(10, 20))
     assert_same_run(uninterrupted, first | second, tmp_path / "b" / "checkpoints" / "test" / "last.ckpt")
 

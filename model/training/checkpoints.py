@@ -30,7 +30,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's torch checkpoint writer, made atomic: each checkpoint is written to a
     temporary file beside its path, then renamed over it (`os.replace`), so a save
     interrupted at any point leaves the previous file (e.g. `last.ckpt`) whole and loadable.
-    Resuming (`trainer.fit(ckpt_path=...)`) reads the file as data only (`read_checkpoint`)."""
+    Resuming (`trainer.fit(ckpt_path=...)`) reads the file as data only (`read_checkpoint`);
+    `read`: (path, checkpoint) that train.py has read and checked already, handed to Lightning as
+    it is, once, instead of read again."""
+
+    def __init__(self, read: tuple[Path, dict] | None = None):
+        super().__init__()
+        self.read = read
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         path = Path(path)
@@ -44,6 +50,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at local `path`, tensors on the CPU, whatever `weights_only` Lightning
         passes. raises UnsafeCheckpointError / ValueError as `read_checkpoint`."""
+        if self.read is not None and os.path.realpath(path) == os.path.realpath(self.read[0]):
+            (_, ckpt), self.read = self.read, None
+            return ckpt
         return read_checkpoint(path)
 
 
