@@ -1,14 +1,15 @@
-"""Switching heads off (model/ablation.py, `CausalSelfAttention.ablate`): the same on every
-backend and with the KV cache, nothing changes when no head is named, only the named head
+"""Switching heads off (model/ablation.py, `switch_off`: a hook on W_O): the same on every
+backend and with the KV cache, nothing changes once the hook is removed, only the named head
 changes, and with every head off only the embeddings' and MLPs' path is left."""
 import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.ablation import ablate, ablated_suffix, head_means, parse_heads
+from model.ablation import ablate, ablated_suffix, head_means, parse_heads, switch_off
 from model.attention import BACKENDS
 from model.engine import Engine
 from model.gpt import GPT, GPTConfig
+from model.kv_cache import Cache
 from model.loading import load_engine
 from tests.conftest import POEMS, write_corpus
 from tests.test_attention_maps import write_checkpoint
@@ -40,23 +41,16 @@ def head_outputs(m, idx):
     return seen
 
 
-def test_nothing_named_is_bit_identical():
+def test_one_head_off_leaves_the_others_of_its_layer_and_the_layers_before_and_comes_back_bit_identical():
     m = tiny()
-    before = m(IDX)
-    m.blocks[1].attn.ablate([2])
-    m.blocks[1].attn.ablate()  # every head on again
-    assert torch.equal(m(IDX), before)
-
-
-def test_one_head_off_leaves_the_others_of_its_layer_and_the_layers_before():
-    m = tiny()
-    full = head_outputs(m, IDX)
-    m.blocks[1].attn.ablate([2])
+    before, full = m(IDX), head_outputs(m, IDX)
+    handle = switch_off(m.blocks[1].attn, [2])
     off = head_outputs(m, IDX)
     assert torch.equal(off[0], full[0])  # layer 0: untouched
     assert torch.equal(off[1][:, :, [0, 1, 3]], full[1][:, :, [0, 1, 3]]) and (off[1][:, :, 2] == 0).all()
-    values = torch.full((1, 8), 0.5)
-    m.blocks[1].attn.ablate([2], values)  # mean ablation: the value given, at every position
+    handle.remove()  # every head on again
+    assert torch.equal(m(IDX), before)
+    handle = switch_off(m.blocks[1].attn, [2], torch.full((1, 8), 0.5))  # mean ablation: the value given, everywhere
     assert (head_outputs(m, IDX)[1][:, :, 2] == 0.5).all()
 
 
@@ -65,11 +59,11 @@ def test_the_same_on_every_backend_and_with_the_kv_cache(mode):
     values = torch.randn(2, 8, generator=torch.Generator().manual_seed(2)) if mode == "mean" else None
     models = {b: tiny(b, pos_emb="rope") for b in BACKENDS}
     for m in models.values():
-        m.blocks[0].attn.ablate([1, 3], values)
+        switch_off(m.blocks[0].attn, [1, 3], values)
     full = models["naive"](IDX)
     for b, m in models.items():
         torch.testing.assert_close(m(IDX), full, rtol=1e-5, atol=1e-5)
-        cache = m.new_cache()
+        cache = Cache(m.cfg.n_layer, m.cfg.block_size)
         steps = [m(IDX[:, :5], cache=cache)[:, -1]] + [m(IDX[:, t:t + 1], cache=cache)[:, -1] for t in range(5, 12)]
         torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], rtol=1e-5, atol=1e-5)
     assert not torch.allclose(full, tiny("naive", pos_emb="rope")(IDX))  # it did change the model
@@ -78,7 +72,7 @@ def test_the_same_on_every_backend_and_with_the_kv_cache(mode):
 def test_every_head_off_leaves_the_embeddings_and_the_mlps():
     m = tiny()
     for block in m.blocks:
-        block.attn.ablate(range(4))
+        switch_off(block.attn, range(4))
     with torch.no_grad():
         x = m.wte(IDX) + m.wpe(torch.arange(12))
         for block in m.blocks:
@@ -99,7 +93,9 @@ def test_head_names_are_checked_in_one_line():
     with pytest.raises(ValueError, match=r"^ablate: 'head3' is not a head name; name heads L<layer>H<head>, e.g. L3H2$"):
         parse_heads(["head3"], 2, 4)
     with pytest.raises(ValueError, match="values must be"):
-        tiny().blocks[0].attn.ablate([1], torch.zeros(2, 8))
+        switch_off(tiny().blocks[0].attn, [1], torch.zeros(2, 8))
+    with pytest.raises(ValueError, match="head 4 is not one of this layer's heads"):
+        switch_off(tiny().blocks[0].attn, [4])
 
 
 def test_the_mean_is_each_heads_mean_output_over_the_poems():
@@ -113,8 +109,12 @@ def test_the_mean_is_each_heads_mean_output_over_the_poems():
     expected = torch.stack([torch.cat([o[ly][0] for o in outs]).mean(0) for ly in range(2)])  # (n_layer, 4, 8)
     torch.testing.assert_close(means, expected, rtol=1e-5, atol=1e-6)
     ablate(engine, ["L1H2"], "mean", POEMS[:3])
-    assert engine.ablated == ["L1H2"]
+    assert engine.ablated == ["L1H2"] and len(engine.ablation_hooks) == 1
     torch.testing.assert_close(head_outputs(engine.model, seqs[0])[1][0, :, 2], means[1, 2].expand(len(seqs[0][0]), 8))
+    ablate(engine, ["L0H1"])  # every head on again first: only L0H1 off
+    assert engine.ablated == ["L0H1"] and len(engine.ablation_hooks) == 1
+    after = head_outputs(engine.model, seqs[0])
+    assert (after[0][0, :, 1] == 0).all() and not (after[1][0, :, 2] == means[1, 2]).all()
 
 
 def test_the_loader_sets_it_for_every_script(tmp_path):
