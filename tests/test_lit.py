@@ -8,8 +8,9 @@ from data.tokenizer import CharTokenizer
 from model.loading import load_engine
 from model.training.lit import LitGPT, build_optimizer, lr_factor
 
-MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False, backend="sdpa")
-OPTIM = dict(lr=1e-3, weight_decay=0.1, betas=[0.9, 0.95], warmup_steps=10, min_lr_ratio=0.1)
+MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, backend="sdpa")
+OPTIM = dict(lr=1e-3, weight_decay=0.1, betas=[0.9, 0.95], muon_lr=0.02, muon_momentum=0.95, muon_weight_decay=0.0,
+             warmup_steps=10, min_lr_ratio=0.1)
 
 
 def lit(**model):
@@ -24,17 +25,16 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     conf = m.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     assert conf["lr_scheduler"]["interval"] == "step"
-    lrs = []
+    lrs, muon_lrs = [], []
     for _ in range(110):
-        lrs.append(opt.param_groups[0]["lr"])
+        lrs.append(opt.param_groups[1]["lr"])  # AdamW's decay group
+        muon_lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
     assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
     assert lrs[60] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lrs[-1] == pytest.approx(1e-4, rel=0.01) and all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
-    decay, no_decay = opt.param_groups
-    assert decay["weight_decay"] == 0.1 and all(p.dim() >= 2 for p in decay["params"])
-    assert no_decay["weight_decay"] == 0.0 and all(p.dim() < 2 for p in no_decay["params"])
+    assert muon_lrs == pytest.approx([lr * 20 for lr in lrs])  # Muon's 0.02 on the same schedule
 
 
 def test_validation_loss_does_not_depend_on_dropout():
@@ -79,26 +79,26 @@ def test_budget_mode_anneals_by_elapsed_time():
     for _ in range(20):  # past the 10 warm-up steps
         opt.step()
         sched.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)  # no time spent yet: the peak
+    assert opt.param_groups[1]["lr"] == pytest.approx(1e-3)  # no time spent yet: the peak
     clock.elapsed = 50.0
     opt.step()
     sched.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4 + 0.9e-3 * 0.5)
+    assert opt.param_groups[1]["lr"] == pytest.approx(1e-4 + 0.9e-3 * 0.5)
     clock.elapsed = 100.0
     opt.step()
     sched.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4)  # the floor when the budget is spent
+    assert opt.param_groups[1]["lr"] == pytest.approx(1e-4)  # the floor when the budget is spent
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     m = lit()
-    opt = build_optimizer(m.gpt, {**OPTIM, "name": "muon", "muon_lr": 0.02})
+    opt = build_optimizer(m.gpt, OPTIM)
     muon, decay, no_decay = opt.param_groups
+    assert [g["name"] for g in opt.param_groups] == ["muon", "decay", "no_decay"]
     names = {id(p): n for n, p in m.gpt.named_parameters()}
     assert muon["use_muon"] and muon["lr"] == 0.02 and muon["weight_decay"] == 0.0
     assert {names[id(p)] for p in muon["params"]} == {f"blocks.{i}.{w}.weight" for i in range(2)
                                                      for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
     assert {names[id(p)] for p in decay["params"]} == {"wte.weight", "wpe.weight"}  # the tied head is wte
-    assert all(p.dim() < 2 for p in no_decay["params"]) and not decay["use_muon"]
-    with pytest.raises(ValueError, match="model.optim.name"):
-        build_optimizer(m.gpt, {**OPTIM, "name": "lion"})
+    assert decay["weight_decay"] == 0.1 and not decay["use_muon"]
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() < 2 for p in no_decay["params"])
