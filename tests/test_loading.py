@@ -1,56 +1,55 @@
 """The one loader (model/loading.py): the builder fills the poem inputs' tables for a tokenizer,
-checkpoints written before the seams (field `attention`, top-level poem-input and head names)
-still load and resume, and the device is resolved in one place."""
+checkpoints written before issue 37 (four poem-input flags, options with one value now) still
+load and resume where they describe the one recipe left, and the device is resolved in one place."""
 import pytest
 import torch
 
-from data.features import phonology_tables, token_kinds
+from data.features import full_stops, phonology_tables, token_kinds
 from data.tokenizer import CharTokenizer
 from model.device import resolve_device
 from model.loading import build_gpt, config_fields, load_engine, model_fields
 from model.training.lit import LitGPT
 from tests.conftest import POEMS
 
-MODEL = {"block_size": 24, "n_layer": 1, "n_head": 2, "n_embd": 16, "phonology": True, "phon_output": True,
-         "structure": True, "rhyme_loss_weight": 0.2}
-
-
-def legacy(state: dict) -> dict:
-    """A LitGPT state_dict as train.py wrote it before the poem inputs and the head were modules."""
-    renames = (("gpt.poem.", "gpt."), ("gpt.lm_head.tied.", "gpt.lm_head."), ("gpt.lm_head.adaptive.", "gpt.lm_head."),
-               ("gpt.lm_head.id_rank", "gpt.id_rank"))
-    out = {}
-    for key, value in state.items():
-        new, was = next(((n, w) for n, w in renames if key.startswith(n)), ("", ""))
-        out[was + key[len(new):]] = value
-    return out
+MODEL = {"block_size": 24, "n_layer": 1, "n_head": 2, "n_embd": 16, "poem_inputs": True, "rhyme_loss_weight": 0.2}
+FLAGS = ("phonology", "phon_output", "structure", "struct_recover")
+BEFORE = {"bias": False, "qk_norm": False, "head_div_value": 4.0, "struct_lines": 10, "struct_countdown": 10,
+          "attn_dropout": None, "rhyme_loss_at": "rhyme_slots"}
+"""Settings a checkpoint from before issue 37 wrote, at the one value each has now."""
 
 
 @pytest.mark.parametrize("head", ["tied", "adaptive"])
-def test_a_checkpoint_from_before_the_seams_loads_and_resumes(tmp_path, head):
+def test_a_checkpoint_from_before_issue_37_loads_and_resumes(tmp_path, head):
     tok = CharTokenizer([*"".join(POEMS), *(chr(0x4E00 + i) for i in range(60))])
     torch.manual_seed(0)
     lit = LitGPT({**MODEL, "head": head, "head_cutoffs": [40], "backend": "naive"}, {}, tok.state_dict(), "traditional")
-    state = legacy(lit.state_dict())
-    assert "gpt.wge.weight" in state and "gpt.poem.wge.weight" not in state
-    assert ("gpt.id_rank" in state) == (head == "adaptive") and ("gpt.lm_head.weight" in state) == (head == "tied")
-    hp = {**dict(lit.hparams), "model": {**{k: v for k, v in lit.hparams.model.items() if k != "backend"},
-                                         "attention": "naive", "phon_groups": 31}}
+    old = {**{k: v for k, v in lit.hparams.model.items() if k != "poem_inputs"}, **dict.fromkeys(FLAGS, True), **BEFORE}
+    hp = {**dict(lit.hparams), "model": old}
     path = tmp_path / "old" / "last.ckpt"
     path.parent.mkdir()
-    torch.save({"hyper_parameters": hp, "state_dict": state}, path)
+    torch.save({"hyper_parameters": hp, "state_dict": lit.state_dict()}, path)
     engine = load_engine(path.parent)
-    assert engine.model.cfg.backend == "naive" and engine.path == path
+    assert engine.model.cfg.poem_inputs and engine.model.cfg.backend == "naive" and engine.path == path
     idx, _ = engine.encode_line("床前明月光，")
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx), rtol=0, atol=0)
-    resumed = LitGPT(**dict(lit.hparams))
-    resumed.load_state_dict(state)  # Lightning's resume: strict, through the GPT's own renaming
+    resumed = LitGPT(**hp)  # Lightning's resume: the saved hyper-parameters, then a strict state dict
+    resumed.load_state_dict(lit.state_dict())
     torch.testing.assert_close(resumed.eval().gpt(idx), lit.gpt(idx), rtol=0, atol=0)
 
 
-def test_config_fields_rename_the_backend_and_drop_the_counts():
-    assert config_fields({"attention": "flash", "n_layer": 2, "phon_groups": 31, "phon_tones": 4}) == {
-        "backend": "flash", "n_layer": 2}
+def test_config_fields_read_the_old_settings_of_the_one_recipe_and_refuse_the_rest_in_one_line():
+    assert config_fields({"n_layer": 2, **dict.fromkeys(FLAGS, True), **BEFORE}) == {"n_layer": 2, "poem_inputs": True}
+    assert config_fields({**dict.fromkeys(FLAGS, False), "rhyme_loss_at": "line_ends"}) == {"poem_inputs": False}
+    assert config_fields({"n_layer": 2, "poem_inputs": True}) == {"n_layer": 2, "poem_inputs": True}  # a config's
+    mix = {**dict.fromkeys(FLAGS, True), "struct_recover": False}
+    line_ends = {**dict.fromkeys(FLAGS, True), "rhyme_loss_weight": 0.1, "rhyme_loss_at": "line_ends"}
+    for settings, match in [(mix, "only some of phonology, phon_output, structure, struct_recover on"),
+                            ({"bias": True}, "bias other than False"), ({"qk_norm": True}, "qk_norm other than False"),
+                            (line_ends, "rhyme_loss_at other than rhyme_slots"),
+                            ({"attention": "flash"}, "model.attention is not a setting")]:
+        with pytest.raises(ValueError, match=match) as err:
+            config_fields(settings)
+        assert "\n" not in str(err.value)
 
 
 def test_the_builder_fills_the_tables_and_is_what_training_starts_from():
@@ -60,6 +59,7 @@ def test_the_builder_fills_the_tables_and_is_what_training_starts_from():
     tables = phonology_tables(tok, "traditional")
     assert torch.equal(gpt.poem.phon_group_ids, torch.tensor(tables.groups))
     assert torch.equal(gpt.poem.token_kind, torch.tensor(token_kinds(tok)))
+    assert torch.equal(gpt.poem.full_stop, torch.tensor(full_stops(tok))) and gpt.poem.full_stop.sum() >= 1
     assert (gpt.poem.phon_group_ids[:, 0] > 0).sum() > 10 and (gpt.poem.token_kind == 3).sum() >= 2
     torch.manual_seed(5)
     lit = LitGPT(MODEL, {}, tok.state_dict(), "traditional")
