@@ -10,9 +10,11 @@
     7. merge the heads: (B, T, n_embd)
     8. output projection W_O
 
-`CausalSelfAttention.forward` does steps 2–6 as written above with `backend='naive'`; `sdpa`
-(PyTorch's `F.scaled_dot_product_attention`, which picks a fused kernel) and `flash` (the same call
-held to the FlashAttention kernel) do them in one call, the same function. Rotary position
+`CausalSelfAttention.forward` does steps 2–6 as written above with `backend='naive'`, the branch
+to read; `sdpa` (the default: PyTorch's `F.scaled_dot_product_attention`, which picks a fused
+kernel) and `flash` (the same call held to the FlashAttention kernel) do them in one call, the
+same function. The layers keep nanoGPT's (and GPT-2's) names: `c_attn` holds W_q, W_k and W_v
+side by side, `c_proj` is W_O. Rotary position
 embeddings (`rope`; Su et al. 2021, RoFormer eq. 34) turn q and k by their positions before step 2.
 Which devices have a FlashAttention kernel: `model.device.check_backend`. Decoding feeds the
 layer one new position at a time with the keys and values of the positions before
@@ -38,8 +40,8 @@ def causal_attention_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     and the KV cache's attention rows."""
     T, L = q.size(-2), k.size(-2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, L)
-    future = torch.ones(T, L, dtype=torch.bool, device=q.device).triu(L - T + 1)  # (T, L)
-    return F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()[L - T:]  # (T, L), True where it may look
+    return F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -50,7 +52,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention (module text).
+    """Multi-head causal self-attention, steps 1–8 of the module's docstring.
 
     n_embd: model width; n_head: heads, d_k = n_embd // n_head; block_size: the longest T;
     dropout: on the attention weights (step 5) and on the output, in training; backend: one of
@@ -73,7 +75,8 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=False)  # W_O
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
-        # True where a query may look: position t sees the positions ≤ t
+        # True where a query may look: position t sees the positions ≤ t. A buffer moves with the model
+        # between devices; not persistent: rebuilt from block_size, so not in checkpoints
         self.register_buffer("mask", torch.ones(block_size, block_size, dtype=torch.bool).tril(), persistent=False)
         if rope:  # the angle of position t at frequency i: t / 10000^(2i / d_k)
             freq = 10000.0 ** (-torch.arange(0, self.d_k, 2).float() / self.d_k)  # (d_k / 2,)
@@ -89,21 +92,22 @@ class CausalSelfAttention(nn.Module):
         positions must stay within block_size.
         """
         B, T, C = x.shape
-        # 1. queries, keys, values: one projection, then split into heads
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # each (B, T, n_embd)
+        # 1. queries, keys, values: one projection cut in three, then each split into heads
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # x W_qᵀ, x W_kᵀ, x W_vᵀ: each (B, T, n_embd)
         q = q.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
         k = k.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
         v = v.view(B, T, self.n_head, self.d_k).transpose(1, 2)  # (B, n_head, T, d_k)
-        if self.rope:
+        if self.rope:  # not in the lesson: turn q and k by their positions
             start = 0 if cache is None else cache.length
             cos, sin = self.cos[start:start + T], self.sin[start:start + T]  # (T, d_k / 2)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.append(q, k, v)  # (B, n_head, L, d_k) each: every position so far
-        L = k.size(2)
+        L = k.size(2)  # keys: T without a cache, the cached positions + T with one
         if self.backend == "naive":
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # 2. (B, n_head, T, L)
-            scores = scores.masked_fill(~self.mask[L - T:L, :L], float("-inf"))  # 3. no looking ahead
+            # 3. no looking ahead: the mask's rows of the T queries (the top-left T × T without a cache)
+            scores = scores.masked_fill(~self.mask[L - T:L, :L], float("-inf"))
             weights = F.softmax(scores, dim=-1)  # 4. (B, n_head, T, L), rows sum to 1
             weights = self.attn_dropout(weights)  # 5.
             y = weights @ v  # 6. (B, n_head, T, d_k)
