@@ -36,7 +36,7 @@ def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337, plan=False):
     """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed) (plan: with plan tokens)."""
     tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"), plan_labels() if plan else ())
     torch.manual_seed(seed)
-    lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0, bias=False,
+    lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0,
                             backend=backend), optim={}, tokenizer=tok.state_dict())
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)

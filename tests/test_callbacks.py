@@ -23,7 +23,7 @@ from tests.wandb_records import history
 def tiny_lit(n_layer=1, n_head=2, block_size=16) -> LitGPT:
     tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"))
     return LitGPT(model=dict(block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=16, dropout=0.0,
-                             bias=False, backend="sdpa"), optim={}, tokenizer=tok.state_dict())
+                             backend="sdpa"), optim={}, tokenizer=tok.state_dict())
 
 
 def rss_bytes() -> int:

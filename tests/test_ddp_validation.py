@@ -18,7 +18,7 @@ devices, corpus, cache, out = int(sys.argv[1]), *sys.argv[2:]
 dm = PoetryDataModule(corpus, cache, block_size=16, batch_size=2)  # 8 windows a batch: several batches a rank
 dm.prepare_data()
 torch.manual_seed(0)  # the same weights on every rank
-lit = LitGPT(model=dict(block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.0, bias=False, backend="naive"),
+lit = LitGPT(model=dict(block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.0, backend="naive"),
              optim={{}}, tokenizer=dm.tokenizer.state_dict())
 trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", logger=False,
                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
