@@ -19,7 +19,7 @@ from tests.test_multinode import SMALL, free_port
 
 # the default model's adaptive head, with cutoffs inside the test corpus's vocabulary (~100 characters),
 # so a window of 15 targets often has none in a tail cluster
-ADAPTIVE = ["model.head=adaptive", "model.head_cutoffs=[20,40]", "model.head_div_value=2.0"]
+ADAPTIVE = ["model.head=adaptive", "model.head_cutoffs=[20,40]"]
 STALL = ["+callbacks.stall._target_=tests.stall_rank.StallRank", "+callbacks.stall.rank=1", "+callbacks.stall.step=2"]
 
 

@@ -53,8 +53,8 @@ def test_sample_helpers(tmp_path):
 
 
 def test_user_errors_end_in_one_line_without_traceback():
-    from model.attention import BackendUnavailableError
     from model.cli import exit_on_user_error
+    from model.device import BackendUnavailableError
 
     @exit_on_user_error
     def entry(err):
@@ -68,7 +68,7 @@ def test_user_errors_end_in_one_line_without_traceback():
         entry(KeyError("bug"))
 
 
-RECIPE = dict(vocab_size=60, block_size=16, n_layer=2, n_head=2, n_embd=32, pos_emb="rope", qk_norm=True,
+RECIPE = dict(vocab_size=60, block_size=16, n_layer=2, n_head=2, n_embd=32, pos_emb="rope",
               mlp_act="relu2", head="adaptive", head_cutoffs=(20,))
 
 
