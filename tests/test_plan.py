@@ -20,6 +20,7 @@ from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
 from model.inspection.head_effects import KINDS, HeadScorer
 from model.inspection.poem_metrics import plan_match
+from model.kv_cache import Cache
 from model.loading import load_engine
 from model.sampling.decoding import PlanGrammar, sampler
 from model.sampling.poems import SamplingOptions, plan_grammar, poem_boundaries, read_plans, sample_ids, sample_poems
@@ -275,8 +276,7 @@ def test_a_qilv_with_its_plan_fits_block_72_without_cropping(block_size, refille
     whole poem stays in one KV cache (never re-filled from its recent half); at 64 it would not."""
     lit = plan_lit(block_size=block_size)
     made = []
-    new_cache = lit.gpt.new_cache
-    monkeypatch.setattr(lit.gpt, "new_cache", lambda *keep: made.append(new_cache(*keep)) or made[-1])
+    monkeypatch.setattr("model.engine.Cache", lambda *a: made.append(Cache(*a)) or made[-1])
     rows = sample_ids(lit.engine, SamplingOptions(num_samples=2, max_new_tokens=70, form="qilv", rhyme=True))
     assert rows.shape[1] == 68 and (rows[:, -1] == lit.tokenizer.eos_id).all()
     assert [form_of(lit.tokenizer.decode(r.tolist())) for r in rows] == ["qilv"] * 2 and len(made) == 1
