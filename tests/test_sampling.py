@@ -3,7 +3,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from model.attention import BACKENDS, CausalSelfAttention
 from model.gpt import GPT, GPTConfig
@@ -43,17 +42,6 @@ def test_cache_extended_by_several_tokens_uses_the_bottom_rows_of_the_mask(backe
     torch.testing.assert_close(torch.cat(parts, dim=1), attn(x), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="block_size"):
         attn(torch.randn(2, 5, 32), cache)  # 12 + 5 > 16
-
-
-def test_sdpa_is_causal_aligns_top_left_so_it_is_wrong_for_decoding():
-    """Why the cache path passes an explicit mask: with 1 query and 4 keys, is_causal=True
-    lets the query see key 0 only, but the newest token must see all 4."""
-    q, k, v = torch.randn(3, 1, 2, 1, 8).unbind(0)[0], torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
-    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(top_left, v[:, :, :1])  # only the first key
-    right = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
-    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v), right)
-    assert not torch.allclose(top_left, right)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
