@@ -24,7 +24,8 @@ Every model is scored the same way, through the project's `LitGPT` validation, o
 held-out protocols (`data.val_windows`): `poems` (every held-out poem from its own `<bos>`)
 and `blocks` (non-overlapping 64-token windows of `val.bin`, the protocol of nanoGPT's
 figures). Both count the same 145,210 held-out characters. Prints a table and writes
-`benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`),
+`benchmarks/results/fixed-time-cpu.json` (`fixed-time-reference-cpu.json`, `lightning-overhead-cpu.json`;
+`--quick`: `logs/fixed-time-quick-cpu.json`, an A/B whose table goes to docs/experiments.md),
 with the commit and, for each default run, its config's behaviour (`model.training.fingerprint`)
 and its checkpoint's `weights_sha`: `python -m benchmarks.report --check` fails when the
 default's behaviour has changed since.
@@ -290,8 +291,10 @@ def main(argv=None) -> None:
                    help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
                    help="only Lightning's overhead against a bare loop, over this many steps of the default model")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the folder of the JSON (default: benchmarks/results; logs with --quick)")
     args = p.parse_args(argv)
-    out_dir = ROOT / "benchmarks" / "results"
+    out_dir = args.out or ROOT / ("logs" if args.quick else "benchmarks/results")
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "commit": commit()}
     if args.overhead:

@@ -1,7 +1,7 @@
 """Character versus BPE tokens on the shipped corpus, and what each buys in a fixed time.
 
     python -m data.bpe                                   # once: data/cache/tang-bpe-1024.tiktoken
-    python benchmarks/tokenizers.py                      # tables + benchmarks/results/tokenizers-cpu.json
+    python benchmarks/tokenizers.py                      # tables + logs/tokenizers-cpu.json
     python benchmarks/tokenizers.py --minutes 0 --encodings cl100k_base o200k_base gpt2   # counts only
 
 1. Counts, from the prepared arrays (`PoetryDataModule`, simplified script) of each
@@ -83,7 +83,8 @@ def main(argv=None) -> None:
     p.add_argument("--encodings", nargs="*", default=["cl100k_base", "o200k_base", "gpt2"],
                    help="named tiktoken encodings to count, where available")
     p.add_argument("--minutes", type=float, default=4.0, help="training budget of each run; 0: counts only")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tokenizers-cpu.json")
+    p.add_argument("--out", type=Path, default=ROOT / "logs" / "tokenizers-cpu.json",
+                   help="the JSON (a study: its table goes to docs/experiments.md)")
     args = p.parse_args(argv)
     if not args.ranks.is_file():
         raise SystemExit(f"error: ranks file {args.ranks} not found; make it with `python -m data.bpe`")
