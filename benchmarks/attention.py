@@ -4,8 +4,8 @@
     python benchmarks/attention.py --dtype bfloat16     # GPU: bf16, e.g. --seq-lens 64 … 8192
 
 For each backend that can run here, each sequence length T and each dropout: the median
-time of forward and of forward+backward of one `CausalSelfAttention` layer in training
-mode (warm-up first), and its peak memory (CPU: each case in a fresh process, the growth of its
+time of forward and of forward+backward of one attention layer (a one-block `GPT`'s) in
+training mode (warm-up first), and its peak memory (CPU: each case in a fresh process, the growth of its
 peak RSS, VmHWM; GPU: the CUDA allocator's peak). Then one full training step
 (forward, backward, AdamW) of the `tiny` and `small` models per backend. Prints tables with
 ratios to `naive` and writes everything to a JSON file.
@@ -25,7 +25,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from model.attention import BACKENDS, CausalSelfAttention, check_backend  # noqa: E402
+from model.attention import BACKENDS  # noqa: E402
+from model.device import check_backend  # noqa: E402
 from model.device import describe  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
@@ -57,9 +58,11 @@ def median_time(fn, device: str, repeats: int, warmup: int = 2) -> float:
 
 
 def layer_case(backend, T, dropout, args):
-    """The layer and its input for one case (training mode, so dropout is active)."""
+    """The attention layer of a one-block GPT and its input for one case (training mode, so dropout is active)."""
     torch.manual_seed(0)
-    layer = CausalSelfAttention(args.n_embd, args.n_head, T, dropout, backend).to(args.device, DTYPES[args.dtype])
+    cfg = GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=args.n_head, n_embd=args.n_embd, block_size=T, dropout=dropout,
+                    backend=backend)
+    layer = GPT(cfg).blocks[0].attn.to(args.device, DTYPES[args.dtype])
     x = torch.randn(args.batch, T, args.n_embd, device=args.device, dtype=DTYPES[args.dtype], requires_grad=True)
     return layer.train(), x
 
@@ -115,7 +118,7 @@ def train_step_ms(name, backend, args) -> float | str:
     if reason := reason_unavailable(backend, 0.0, args):
         return reason
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=VOCAB, attention=backend, **spec)).to(args.device).train()
+    model = GPT(GPTConfig(vocab_size=VOCAB, backend=backend, **spec)).to(args.device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx = torch.randint(0, VOCAB, (batch, spec["block_size"]), device=args.device)
     amp = torch.autocast(args.device, dtype=DTYPES[args.dtype], enabled=args.dtype != "float32")
@@ -146,6 +149,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--models", nargs="*", choices=MODELS, default=list(MODELS), help="the training-step table's models")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     p.add_argument("--out", type=Path, default=None, help="JSON file (default: benchmarks/results/attention-<device>.json)")
     p.add_argument("--memory-case", nargs=3, metavar=("BACKEND", "T", "DROPOUT"), help=argparse.SUPPRESS)
@@ -192,7 +196,7 @@ def main(argv=None) -> None:
 
     print("\n## one training step (forward, backward, AdamW), ms (speed-up over naive)")
     steps = {}
-    for name, spec in MODELS.items():
+    for name, spec in ((m, MODELS[m]) for m in args.models):
         steps[name] = {b: train_step_ms(name, b, args) for b in BACKENDS}
         ref = steps[name]["naive"]
         print(f"{name:>6} (batch {spec['batch']} × T {spec['block_size']}): "

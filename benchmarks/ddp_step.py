@@ -65,11 +65,12 @@ class Loss(torch.nn.Module):
         return loss
 
 
-def default_parts(batch: int):
-    """The default config's data module (prepared, set up, `batch` windows a batch) and model settings."""
+def default_parts(batch: int, overrides: tuple[str, ...] = ()):
+    """The default config's (with train.py `overrides`) data module (prepared, set up, `batch` windows a batch)
+    and model settings."""
     from benchmarks.fixed_time import default_config
 
-    cfg = default_config(f"data.batch_size={batch}", "data.num_workers=0")
+    cfg = default_config(*overrides, f"data.batch_size={batch}", "data.num_workers=0")
     dm = instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
@@ -80,10 +81,10 @@ def default_parts(batch: int):
 
 
 def worker(rank: int, world: int, port: int, variant: str, batch: int, steps: int, warmup: int, out: str,
-           threads: int) -> None:
+           threads: int, overrides: tuple[str, ...] = ()) -> None:
     """One process of one variant: trains `warmup + steps` steps, rank 0 writes its step times (s) to `out`."""
     torch.set_num_threads(threads)
-    cfg, dm, model_cfg, optim = default_parts(batch)
+    cfg, dm, model_cfg, optim = default_parts(batch, overrides)
     torch.manual_seed(cfg.seed)
     gpt = build_gpt(model_cfg, dm.tokenizer, cfg.data.script)
     gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
@@ -119,11 +120,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(variant: str, processes: int, batch: int, steps: int, warmup: int, tmp: Path) -> float:
+def run(variant: str, processes: int, batch: int, steps: int, warmup: int, tmp: Path,
+        overrides: tuple[str, ...] = ()) -> float:
     """Median step time (ms) of one run of `variant`."""
     out = tmp / "times.json"
     world, threads = (1, processes) if variant == "one process" else (processes, 1)
-    mp.spawn(worker, args=(world, free_port(), variant, batch, steps, warmup, str(out), threads), nprocs=world)
+    mp.spawn(worker, args=(world, free_port(), variant, batch, steps, warmup, str(out), threads, overrides),
+             nprocs=world)
     return statistics.median(json.loads(out.read_text())) * 1e3
 
 
@@ -134,17 +137,20 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a train.py override of the default model or data (repeatable)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ddp-step-cpu.json")
     args = p.parse_args(argv)
     import tempfile
 
-    default_parts(args.batch)  # prepares the data cache once, before any timing
+    overrides = tuple(args.override)
+    default_parts(args.batch, overrides)  # prepares the data cache once, before any timing
     runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for variant in VARIANTS:
                 runs[variant].append(round(run(variant, args.processes, args.batch, args.steps, args.warmup,
-                                               Path(tmp)), 2))
+                                               Path(tmp), overrides), 2))
                 print(f"round {r + 1}: {variant}: {runs[variant][-1]} ms/step", flush=True)
     ms = {v: statistics.median(t) for v, t in runs.items()}
     reference = ms["find_unused=False"]

@@ -24,7 +24,8 @@ Every model is scored the same way, through the project's `LitGPT` validation, o
 held-out protocols (`data.val_windows`): `poems` (every held-out poem from its own `<bos>`)
 and `blocks` (non-overlapping 64-token windows of `val.bin`, the protocol of nanoGPT's
 figures). Both count the same 145,210 held-out characters. Prints a table and writes
-`benchmarks/results/fixed-time-cpu.json` (`fixed-time-quick-cpu.json`, `fixed-time-reference-cpu.json`),
+`benchmarks/results/fixed-time-cpu.json` (`fixed-time-reference-cpu.json`, `lightning-overhead-cpu.json`;
+`--quick`: `logs/fixed-time-quick-cpu.json`, an A/B whose table goes to docs/experiments.md),
 with the commit and, for each default run, its config's behaviour (`model.training.fingerprint`)
 and its checkpoint's `weights_sha`: `python -m benchmarks.report --check` fails when the
 default's behaviour has changed since.
@@ -154,7 +155,9 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     Its run folders are `bench-fixed-time-<name>` (`bench-fixed-time-quick-<name>` in --quick),
     replaced by the next run of that name."""
     run_name = f"bench-fixed-time-{'quick-' if quick else ''}{name}"
-    for old in (ROOT / "logs" / run_name, ROOT / "checkpoints" / run_name):
+    paths = default_config(*overrides).paths  # logs/ and checkpoints/, unless the overrides move them
+    logs, checkpoints = Path(paths.log_dir), Path(paths.checkpoint_dir)
+    for old in (logs / run_name, checkpoints / run_name):
         shutil.rmtree(old, ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "train.py"), f"run_name={run_name}", *overrides]
     print("$", " ".join(cmd[1:]), flush=True)
@@ -162,15 +165,15 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - start
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux; the largest child so far
-    ckpt = ROOT / "checkpoints" / run_name / "last.ckpt"
+    ckpt = checkpoints / run_name / "last.ckpt"
     engine = load_engine(ckpt)
     steps = read_checkpoint(ckpt)["global_step"]
-    cfg = OmegaConf.load(ROOT / "logs" / run_name / ".hydra" / "config.yaml")
+    cfg = OmegaConf.load(logs / run_name / ".hydra" / "config.yaml")
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
             "peak_rss_mib": round(peak_mib), "fingerprint": fingerprint(default_config(*overrides)),
             "weights_sha": engine.weights_sha,
-            "checkpoint": str(ckpt.relative_to(ROOT)), **score(engine)}
+            "checkpoint": str(ckpt.relative_to(ROOT) if ckpt.is_relative_to(ROOT) else ckpt), **score(engine)}
 
 
 def default_config(*overrides: str):
@@ -183,25 +186,25 @@ def default_config(*overrides: str):
         cfg = compose("train", return_hydra_config=True, overrides=list(overrides))
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
-        cfg.paths.output_dir = str(ROOT / "logs" / cfg.run_name)
+        cfg.paths.output_dir = str(Path(cfg.paths.log_dir) / cfg.run_name)
         del cfg.hydra
     return cfg
 
 
-def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
+def lightning_overhead(steps: int = 300, rounds: int = 2, overrides: tuple[str, ...] = ()) -> dict:
     """Median time between training steps of the default model: through train.py's Lightning run
     (progress bar and logging as configured, validation and callbacks off) and in a bare PyTorch
     loop with the same model, batches, optimizer, schedule and clipping. The runs alternate, bare
     first and last (`rounds` Lightning runs between `rounds + 1` bare ones), so a drift of the
     machine reaches both; the overhead compares the medians over runs. Skips the first 20 steps
-    of each run."""
+    of each run. `overrides`: train.py overrides of both (e.g. a smaller model or corpus)."""
     import statistics
 
     import train as train_script
     from model.training.lit import build_optimizer, lr_factor
 
     def bare() -> float:
-        cfg = default_config(f"trainer.max_steps={steps}")
+        cfg = default_config(*overrides, f"trainer.max_steps={steps}")
         dm = hydra_instantiate(cfg.data)
         dm.prepare_data()
         dm.setup("fit")
@@ -227,13 +230,15 @@ def lightning_overhead(steps: int = 300, rounds: int = 2) -> dict:
         return statistics.median(times[20:])
 
     def lightning() -> float:  # the project's own train/tokens_per_sec: time from one training step to the next
-        cfg = default_config(f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "trainer.num_sanity_val_steps=0",
+        cfg = default_config(*overrides, f"trainer.max_steps={steps}", "trainer.limit_val_batches=0",
+                             "trainer.num_sanity_val_steps=0",
                              "logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
                              "run_name=bench-overhead")
-        for old in (ROOT / "checkpoints" / "bench-overhead", ROOT / "logs" / "bench-overhead"):
+        logs = Path(cfg.paths.log_dir) / "bench-overhead"
+        for old in (Path(cfg.paths.checkpoint_dir) / "bench-overhead", logs):
             shutil.rmtree(old, ignore_errors=True)
         train_script.train(cfg)
-        (metrics,) = (ROOT / "logs" / "bench-overhead" / "csv").glob("version_*/metrics.csv")
+        (metrics,) = (logs / "csv").glob("version_*/metrics.csv")
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("train/tokens_per_sec") and int(r["step"]) >= 20]
         tokens = cfg.data.batch_size * cfg.model.block_size
         return statistics.median(tokens / float(r["train/tokens_per_sec"]) for r in rows)
@@ -290,12 +295,16 @@ def main(argv=None) -> None:
                    help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
                    help="only Lightning's overhead against a bare loop, over this many steps of the default model")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a train.py override of every default run (repeatable; e.g. a smaller model or corpus)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the folder of the JSON (default: benchmarks/results; logs with --quick)")
     args = p.parse_args(argv)
-    out_dir = ROOT / "benchmarks" / "results"
+    out_dir = args.out or ROOT / ("logs" if args.quick else "benchmarks/results")
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "commit": commit()}
     if args.overhead:
-        result["lightning_overhead"] = r = lightning_overhead(args.overhead)
+        result["lightning_overhead"] = r = lightning_overhead(args.overhead, overrides=tuple(args.override))
         print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (runs {r['bare_runs_ms']}), Lightning "
               f"{r['lightning_ms']} ms/step (runs {r['lightning_runs_ms']}): overhead {r['overhead']:+.1%}")
         (out_dir / "lightning-overhead-cpu.json").write_text(json.dumps(result, indent=2))
@@ -311,7 +320,7 @@ def main(argv=None) -> None:
               "trainer.max_steps=-1"] if args.quick else []
     rows = []
     for name, overrides in variants:
-        r = default_run(name, [*budget, *overrides.split()], quick=args.quick)
+        r = default_run(name, [*args.override, *budget, *overrides.split()], quick=args.quick)
         rows.append((f"default: {name}" if name != "default" else "default", r))
     if not args.no_reference:
         wall = rows[0][1]["wall_seconds"]

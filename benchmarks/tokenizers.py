@@ -1,7 +1,7 @@
 """Character versus BPE tokens on the shipped corpus, and what each buys in a fixed time.
 
     python -m data.bpe                                   # once: data/cache/tang-bpe-1024.tiktoken
-    python benchmarks/tokenizers.py                      # tables + benchmarks/results/tokenizers-cpu.json
+    python benchmarks/tokenizers.py                      # tables + logs/tokenizers-cpu.json
     python benchmarks/tokenizers.py --minutes 0 --encodings cl100k_base o200k_base gpt2   # counts only
 
 1. Counts, from the prepared arrays (`PoetryDataModule`, simplified script) of each
@@ -39,9 +39,9 @@ from model.loading import read_checkpoint  # noqa: E402
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
 
 
-def counts(tokenizer: dict) -> dict:
+def counts(tokenizer: dict, corpus: Path = CORPUS, cache: Path = ROOT / "data" / "cache") -> dict:
     """Characters, tokens and vocabulary of the prepared arrays for one tokenizer config."""
-    dm = PoetryDataModule(str(CORPUS), str(ROOT / "data" / "cache"), tokenizer=tokenizer)
+    dm = PoetryDataModule(str(corpus), str(cache), tokenizer=tokenizer)
     meta = dm.meta
     chars = meta["train"]["characters"] + meta["val"]["characters"]
     poems = meta["train"]["poems"] + meta["val"]["poems"]
@@ -82,8 +82,11 @@ def main(argv=None) -> None:
                    help="the .tiktoken ranks file of the BPE run (python -m data.bpe makes the default)")
     p.add_argument("--encodings", nargs="*", default=["cl100k_base", "o200k_base", "gpt2"],
                    help="named tiktoken encodings to count, where available")
+    p.add_argument("--corpus", type=Path, default=CORPUS, help="the corpus the counts are taken on")
+    p.add_argument("--cache", type=Path, default=ROOT / "data" / "cache", help="its prepared arrays' folder")
     p.add_argument("--minutes", type=float, default=4.0, help="training budget of each run; 0: counts only")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tokenizers-cpu.json")
+    p.add_argument("--out", type=Path, default=ROOT / "logs" / "tokenizers-cpu.json",
+                   help="the JSON (a study: its table goes to docs/experiments.md)")
     args = p.parse_args(argv)
     if not args.ranks.is_file():
         raise SystemExit(f"error: ranks file {args.ranks} not found; make it with `python -m data.bpe`")
@@ -93,7 +96,7 @@ def main(argv=None) -> None:
     table = {}
     for name, cfg in tokenizers.items():
         try:
-            table[name] = counts(cfg)
+            table[name] = counts(cfg, args.corpus, args.cache)
         except EncodingUnavailableError as err:
             table[name] = {"unavailable": str(err).split(" (")[0]}
 

@@ -29,9 +29,6 @@ from model.device import describe as machine  # noqa: E402
 QUIET = ["logger=csv", "~callbacks.attention_maps", "~callbacks.samples", "~callbacks.evaluation",
          "~callbacks.head_effects", "trainer.enable_progress_bar=false"]
 """train.py overrides of a measured run: the CSV logger, no per-validation or end-of-run callbacks, no bar."""
-PREVIOUS_DEFAULT = ["data.mid_poem_fraction=0.0", "model.struct_recover=false", "model.rhyme_loss_weight=0.0",
-                    "data.plan_tokens=false", "data.anneal_fraction=0.0"]
-"""train.py overrides that give the default before issue 27's levers landed (studies measured on it)."""
 
 
 def logged(run_dir: Path) -> dict[str, list[float]]:

@@ -90,9 +90,10 @@ def test_a_figure_in_a_single_section_is_checked_too(results):
 
 def test_each_section_names_the_machine_of_its_file(results):
     edit(results, "attention-cpu", lambda d: d["meta"].update(machine="Some CPU (8 cores, 8 threads), torch 9"))
-    page = report.expected(results)[report.PAGES["results"]]
-    assert "Machine: Some CPU (8 cores, 8 threads), torch 9 (`benchmarks/results/attention-cpu.json`)." in page
-    machines = [line for line in page.splitlines() if line.startswith("Machine: ")]
+    pages = report.expected(results)
+    assert ("Machine: Some CPU (8 cores, 8 threads), torch 9 (`benchmarks/results/attention-cpu.json`)."
+            in pages[report.PAGES["results"]])
+    machines = [line for page in pages.values() for line in page.splitlines() if line.startswith("Machine: ")]
     assert {line.rsplit("/", 1)[1] for line in machines} == {f"{p.name}`)." for p in report.RESULTS.glob("*.json")}
 
 
@@ -130,22 +131,35 @@ def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(resul
 
     page = report.expected(results)[report.PAGES["results"]]
     assert "Pending" not in page
-    assert "`val/bpc` 6.1234, `val/loss` 4.2500; 1 min 10 s in all" in page
+    assert "`val/bpc` 6.1234, `val/loss` 4.2500; 70 s in all" in page
     assert "| free | 2 | 100.0 % |" in page  # n, then `regulated`
     assert "### On 3 held-out poems" in page and page.count("| random-like |") == 2 * 4  # held-out and probe
 
 
 def test_the_studio_pages_figures_come_from_its_json(results):
     edit(results, "studio-cpu", lambda d: d.update(cold_first_ms=987.0))
-    assert set(report.stale(results)) == {report.PAGES["results"], report.PAGES["studio"]}
-    assert "the first poem after start, a 七律 with meter: 987 ms" in report.expected(results)[report.PAGES["studio"]]
+    assert report.stale(results) == [report.PAGES["studio"]]
+    assert "(a 七律 with meter) had its first character after 987 ms" in report.expected(results)[report.PAGES["studio"]]
 
 
 def test_free_samples_are_marked_with_their_rhyme_group_or_no_rhyme():
     e = {"poems": {"free": ["床前明月光，疑是地上霜。举头望明月，低头思故乡。",
                             "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
                             "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。"]}}
-    _, lines = report.free_samples(e)
-    assert lines.splitlines() == ["1. 床前明月光，疑是地上霜。举头望明月，低头思故乡。 — 下平聲七陽",
+    assert report.free_samples(e).splitlines() == ["1. 床前明月光，疑是地上霜。举头望明月，低头思故乡。 — 下平聲七陽",
                                   "2. 白日依山尽，黄河入海流。欲穷千里目，更上一层楼。 — 下平聲十一尤",
                                   "3. 千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。 — no rhyme"]
+
+
+def test_the_readme_caption_says_in_two_sentences_what_the_heads_that_look_at_the_rhyme_are(results):
+    """Issue 37, item 6: the looking heads off together against the noise, and the largest drop beside it."""
+    caption = report.readme_blocks(report.load(results))["caption"]
+    assert caption.count(". ") == 1 and caption.endswith(".*") and "nats" not in caption
+    assert "L3H1 and L3H2, are not heads the rhyme needs" in caption
+    assert "by -3.4 points, within the noise (95 % interval -7.7 to +0.8), while without layer 0 it falls by 90.0" in caption
+
+    def needed(d):  # the looking heads' drop outside the noise
+        d["head_effects"]["rhyme"]["free"]["looking heads together"].update(change=-12.5, interval=[-16.0, -9.0])
+    edit(results, "attention-maps-default-cpu", needed)
+    caption = report.readme_blocks(report.load(results))["caption"]
+    assert "L3H1 and L3H2, are heads the rhyme needs" in caption and "by -12.5 points, outside the noise" in caption
