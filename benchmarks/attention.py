@@ -26,10 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from model.attention import BACKENDS  # noqa: E402
-from model.device import (
-    check_backend,  # noqa: E402
-    describe,  # noqa: E402
-)
+from model.device import check_backend, describe  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
