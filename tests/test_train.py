@@ -16,7 +16,7 @@ import sample as sample_script
 import train as train_script
 from data.verse.plan import PLAN_SLOTS
 from data.verse.poetry import LINE_END, form_of
-from model.attention import BackendUnavailableError
+from model.device import BackendUnavailableError
 from model.inspection.attention_stats import STATISTICS
 from model.inspection.poem_metrics import METRICS
 from tests.conftest import ROOT, compose_sample, make_train_cfg, write_corpus
