@@ -77,5 +77,5 @@ def test_a_checkpoint_loads_into_an_engine_without_lightning(tmp_path, asked):
     idx, tokens = engine.encode_line("床前明月光", "prompt")
     assert tokens == ["<bos>", *"床前明月光"]
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx))
-    with pytest.raises(FileNotFoundError, match="not found"):
+    with pytest.raises(FileNotFoundError, match="not found; train one with `python train.py`"):
         load_engine(tmp_path / "missing.ckpt")

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer
-from model.loading import load_engine
 from model.training.lit import LitGPT, build_optimizer, lr_factor
 
 MODEL = dict(block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, backend="sdpa")
@@ -45,11 +44,6 @@ def test_validation_loss_does_not_depend_on_dropout():
         m.gpt.load_state_dict(lit().gpt.state_dict())
         losses.append(m.eval().gpt.loss(idx, idx))
     torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
-
-
-def test_load_engine_reports_a_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python train.py"):
-        load_engine(tmp_path / "nope.ckpt")
 
 
 def test_lr_factor_warms_up_then_follows_progress_to_the_floor():

@@ -30,8 +30,11 @@ def test_a_checkpoint_from_before_issue_37_loads_and_resumes(tmp_path, head):
     torch.save({"hyper_parameters": hp, "state_dict": lit.state_dict()}, path)
     engine = load_engine(path.parent)
     assert engine.model.cfg.poem_inputs and engine.model.cfg.backend == "naive" and engine.path == path
+    assert engine.model.poem.token_kind.eq(3).sum() >= 2  # the tables travel in the checkpoint
+    assert torch.equal(engine.model.poem.phon_group_ids, lit.gpt.poem.phon_group_ids)
     idx, _ = engine.encode_line("床前明月光，")
     torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx), rtol=0, atol=0)
+    assert engine.generate(idx, 5).shape == (1, 12)
     resumed = LitGPT(**hp)  # Lightning's resume: the saved hyper-parameters, then a strict state dict
     resumed.load_state_dict(lit.state_dict())
     torch.testing.assert_close(resumed.eval().gpt(idx), lit.gpt(idx), rtol=0, atol=0)

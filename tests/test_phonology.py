@@ -10,9 +10,7 @@ from data.tokenizer import CharTokenizer
 from model.attention import BACKENDS
 from model.gpt import GPT, GPTConfig
 from model.kv_cache import Cache
-from model.loading import load_engine
-from model.training.lit import LitGPT
-from tests.conftest import POEMS, generate
+from tests.conftest import generate
 
 V = 60
 
@@ -171,21 +169,6 @@ def test_bad_tables_are_refused():
         m.poem.set_phonology(torch.zeros(V, 4, dtype=torch.long), torch.full((V,), 4))
     with pytest.raises(ValueError, match="first group id"):
         m.poem.set_phonology(torch.full((V, 4), -1), tones)
-
-
-def test_a_checkpoint_with_the_features_keeps_its_tables_and_samples(tmp_path):
-    tok = CharTokenizer.from_texts(POEMS)
-    torch.manual_seed(0)
-    lit = LitGPT({"block_size": 16, "n_layer": 1, "n_head": 2, "n_embd": 16, "poem_inputs": True,
-                  "rhyme_loss_weight": 0.3}, {}, tok.state_dict(), script="traditional")
-    path = tmp_path / "last.ckpt"
-    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, path)
-    engine = load_engine(path)
-    assert torch.equal(engine.model.poem.phon_group_ids, lit.gpt.poem.phon_group_ids)
-    assert (engine.model.poem.phon_group_ids[:, 0] > 0).any() and (engine.model.poem.token_kind == 3).sum() >= 2
-    idx, _ = engine.encode_line("床前明月光", "prompt")
-    torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx))
-    assert engine.generate(idx, 5).shape == (1, 11)
 
 
 @pytest.mark.parametrize("head", ["tied", "adaptive"])
