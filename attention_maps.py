@@ -42,7 +42,7 @@ from model.inspection.attention_stats import (
 from model.inspection.attention_view import ProbeView, attention_view_html
 from model.inspection.head_effects import HeadScorer, format_effects, head_effects
 from model.inspection.plots import attention_grid
-from model.inspection.rhyme_heads import format_study, rhyme_study
+from model.inspection.rhyme_heads import finding, format_study, rhyme_study
 from model.loading import build_gpt, load_engine, model_fields
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -208,6 +208,8 @@ def main(cfg: DictConfig) -> None:
             looking = ", ".join(study["looking"]) or "none"
             print(f"\nheads switched off together; the heads that look at the rhyme: {looking}")
             print(format_study(study, report["head_effects"]["kinds"]))
+            if found := finding(study):
+                print(f"\n{found}")
     print(f"\nwrote {report['json']}, {report['html']} and {len(report['figures'])} figures")
 
 

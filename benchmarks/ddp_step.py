@@ -130,6 +130,15 @@ def run(variant: str, processes: int, batch: int, steps: int, warmup: int, tmp: 
     return statistics.median(json.loads(out.read_text())) * 1e3
 
 
+def table(result: dict) -> str:
+    """The result as a Markdown table and a line of its settings (printed, and on docs/results.md)."""
+    rows = [f"| `{r['variant']}` | {r['ms_per_step']:.1f} | {', '.join(f'{t:.1f}' for t in r['runs_ms'])} | "
+            f"{r['vs_find_unused_false']:.3f}× |" for r in result["rows"]]
+    return "\n".join(["| variant | ms per step | rounds | vs find_unused=False |", "|---|---:|---:|---:|", *rows,
+                      f"\n{result['processes']} processes, {result['batch']} windows a rank, {result['steps']} steps a "
+                      f"run, {result['rounds']} rounds."])
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--processes", type=int, default=2)
@@ -158,11 +167,8 @@ def main(argv=None) -> None:
              "vs_find_unused_false": round(ms[v] / reference, 3)} for v in VARIANTS]
     result = {"machine": describe(), "commit": commit(), "processes": args.processes, "batch": args.batch,
               "steps": args.steps, "rounds": args.rounds, "rows": rows}
-    print(f"\n{result['machine']}; {args.processes} gloo processes of 1 thread (one process: {args.processes} threads), "
-          f"per-rank batch {args.batch}\n")
-    print("| variant | ms per step | runs | vs find_unused=False |\n|---|---:|---|---:|")
-    for row in rows:
-        print(f"| {row['variant']} | {row['ms_per_step']} | {row['runs_ms']} | {row['vs_find_unused_false']:.3f}× |")
+    print(f"\n{result['machine']}; gloo processes of 1 thread (one process: {args.processes} threads)\n")
+    print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = args.out.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(result, indent=2))

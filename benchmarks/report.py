@@ -14,7 +14,12 @@ import re
 import sys
 from pathlib import Path
 
+from attention_maps import format_table as heads_table
+from benchmarks.ddp_step import table as ddp_table
 from data.verse.plan import poem_rhyme_groups
+from model.inspection.head_effects import format_effects
+from model.inspection.poem_metrics import format_table
+from model.inspection.rhyme_heads import finding, format_study
 from model.training.fingerprint import default_fingerprint, differences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,12 +149,7 @@ def overhead(res: dict) -> str:
 
 
 def ddp_step(res: dict) -> str:
-    d = res["ddp-step-cpu"]
-    return block(res, "ddp-step-cpu", ["variant", "ms per step", "rounds", "vs find_unused=False"],
-                 [[f"`{r['variant']}`", n(r["ms_per_step"], 1), ", ".join(n(t, 1) for t in r["runs_ms"]),
-                   f"{r['vs_find_unused_false']:.3f}×"] for r in d["rows"]],
-                 f"{n(d['processes'])} processes, {n(d['batch'])} windows a rank, {n(d['steps'])} steps a run, "
-                 f"{n(d['rounds'])} rounds.")
+    return "\n\n".join([machine_line("ddp-step-cpu", machine_of(res["ddp-step-cpu"])), ddp_table(res["ddp-step-cpu"])])
 
 
 def attention(res: dict, device: str = "cpu") -> str:
@@ -192,22 +192,20 @@ def mfu(res: dict, device: str = "cpu") -> str:
                  *text)
 
 
+def fenced(text: str) -> str:
+    return f"```text\n{text}\n```"
+
+
 def evaluation(res: dict) -> str:
+    """evaluate.py's table (its own `format_table`), and the first free poems with their rhyme."""
     if (e := res.get("evaluate-default-cpu")) is None:
         return f"Pending: `benchmarks/results/evaluate-default-cpu.json`, made by\n\n```bash\n{PENDING_RUN}\n```"
-    rows = e["rows"]
-    cols = [c for c in next(iter(rows.values())) if any(r.get(c) is not None for r in rows.values())]
-
-    def cell(c: str, v) -> str:
-        return "–" if v is None else n(v) if c == "n" else f"{v:.3f}" if c.startswith("distinct") else f"{100 * v:.1f} %"
-
     val = ", ".join(f"`{k}` {v:.4f}" for k, v in e.get("val", {}).items() if k != "step")
     return "\n\n".join([
         f"{e['settings']['num_samples']} poems per sample set, {e['settings']['reference']} held-out human poems "
         f"(`reference`); {val or 'no validation pass'}; {n(sum(e['seconds'].values()))} s in all.",
         machine_line("evaluate-default-cpu", e.get("machine", f"device {e['device']}")),
-        table(["", *cols], [[name, *(cell(c, r.get(c)) for c in cols)] for name, r in rows.items()]),
-        *filter(None, [free_samples(e)])])
+        fenced(format_table(e["rows"])), *filter(None, [free_samples(e)])])
 
 
 def free_samples(e: dict, k: int = 5) -> str:
@@ -218,64 +216,24 @@ def free_samples(e: dict, k: int = 5) -> str:
 
 
 def attention_maps(res: dict) -> str:
+    """attention_maps.py's own tables (`main`'s console output): the heads' statistics beside the baselines, each
+    head switched off alone, and the rhyme study with its verdicts."""
     if (a := res.get("attention-maps-default-cpu")) is None:
         return f"Pending: `benchmarks/results/attention-maps-default-cpu.json`, made by\n\n```bash\n{PENDING_RUN}\n```"
     parts = [machine_line("attention-maps-default-cpu", a.get("machine", "the CPU (attention_maps.py runs there)"))]
-    names, mark = a["statistics"]["names"], {"high": " +", "low": " −"}
     for title, r in ((f"{(a['heldout'] or {}).get('poems')} held-out poems", a["heldout"]),
                      (f"the probe line 「{a['text']}」", a["probe"])):
         if r:
-            base = [["uniform causal map", *(f"{r['baselines']['uniform'][k]:.3f}" for k in names)]] + [
-                [name, *(f"{s[k]['mean']:.3f} ± {s[k]['std']:.2f}" for k in names)]
-                for name, s in r["baselines"].items() if name != "uniform"]
-            heads = [[f"L{h['layer']}H{h['head']}", *("n/a" if h[k] is None else
-                                                     f"{h[k]:.3f}{mark.get(h['flags'].get(k), '')}" for k in names),
-                      h["pattern"]] for h in r["heads"]]
-            parts += [f"### On {title}", table(["", *names], base), table(["head", *names, "pattern"], heads)]
+            parts += [f"### On {title}", fenced(heads_table(title, r))]
     if e := a.get("head_effects"):
-        kinds = e["kinds"]
-        rows = [["targets", *(n(e["targets"][k]) for k in kinds)], ["intact, nats", *(n(e["intact"][k], 3) for k in kinds)]]
-        for m in e["layer_mean"]:
-            rows += [[f"L{h['layer']}H{h['head']} off", *(f"{h[k]:+.3f}" for k in kinds)]
-                     for h in e["heads"] if h["layer"] == m["layer"]]
-            rows.append([f"L{m['layer']}: mean of its heads", *(f"{m[k]:+.3f}" for k in kinds)])
         parts += ["### Each head switched off alone", f"Δ nats per predicted token on {n(e['poems'])} held-out poems:",
-                  table(["", *kinds], rows)]
+                  fenced(format_effects(e))]
         if study := e.get("rhyme"):
-            parts += rhyme_heads(study, kinds)
+            parts += ["### Is a head that looks at the rhyme a rhyme head?",
+                      f"The heads flagged high on `prev_line_rhyme`: {', '.join(study['looking']) or 'none'}. Heads "
+                      "switched off together, Δ nats per target; free poems with the heads off; the verdicts:",
+                      fenced(format_study(study, e["kinds"]))]
     return "\n\n".join(parts)
-
-
-def rhyme_heads(study: dict, kinds: list[str]) -> list[str]:
-    """The verdicts for the heads that look at the rhyme, with the sets, controls and free poems behind them."""
-    sets = [[name, ", ".join(s["heads"]), *(f"{s[k]:+.3f}" for k in kinds)] for name, s in study["sets"].items()]
-    sets += [[f"random sets of {size}: 95th percentile", f"{len(c['sets'])} sets, seeds {c['seeds'][0]}–{c['seeds'][-1]}",
-              *(f"{c['p95'][k]:+.3f}" for k in kinds)] for size, c in study["controls"].items()]
-    parts = ["### Is a head that looks at the rhyme a rhyme head?",
-             f"The heads flagged high on `prev_line_rhyme`: {', '.join(study['looking']) or 'none'}. Heads switched off "
-             "together, Δ nats per target:", table(["heads off", "heads", *kinds], sets)]
-    if free := study.get("free"):
-        st = study["free_settings"]
-        pct = lambda v: "–" if v is None else f"{100 * v:.1f} %"  # noqa: E731
-        rows = [[name, ", ".join(r["heads"]) or "none", n(r["n"]), pct(r["regulated"]), pct(r["rhyme_regulated"]),
-                 f"{r['change']:+.1f}", f"{r['interval'][0]:+.1f} to {r['interval'][1]:+.1f}", pct(r["alternation"]),
-                 pct(r["nian"]), pct(r["dui"])] for name, r in free.items()]
-        parts += [f"Free poems ({n(st['num_samples'])} per seed at seeds {', '.join(map(str, st['seeds']))}, pooled) "
-                  "with the heads off; change in points against every head on:",
-                  table(["heads off", "heads", "poems", "regulated", "rhyme/regulated", "change", "95 % interval",
-                         "alternation", "黏", "对"], rows)]
-        if hit := rhyme_drops(study):
-            parts.append("The free rhyme depends on (a drop outside the noise): "
-                         + ", ".join(f"{name} ({change:+.1f} points)" for change, name in hit) + ".")
-    parts.append("Verdicts:\n\n" + "\n".join(f"- **{v['label']}**: {v['measured']}." for v in study["verdicts"]))
-    return parts
-
-
-def rhyme_drops(study: dict) -> list[tuple[float, str]]:
-    """(change, name) of the head sets (not the random controls) whose free-rhyme drop lies outside the noise,
-    largest first."""
-    return sorted((r["change"], name) for name, r in (study.get("free") or {}).items()
-                  if name != "intact" and not name.startswith("random") and r["interval"][1] < 0)
 
 
 def ablation(res: dict) -> str:
@@ -323,22 +281,12 @@ def readme_blocks(res: dict) -> dict[str, str]:
 
 
 def readme_caption(a: dict) -> str:
-    """The README figure's caption, two sentences: what the heads that look at the rhyme turned out to be, and
-    the free poems' rhyme without them beside its largest drop (attention_maps.py's rhyme study)."""
-    if not (study := (a.get("head_effects") or {}).get("rhyme")) or not study.get("free"):
+    """The README figure's caption: the attention maps' rhyme study in two sentences (`rhyme_heads.finding`)."""
+    if not (found := finding((a.get("head_effects") or {}).get("rhyme") or {})):
         return "*(pending: `benchmarks/results/attention-maps-default-cpu.json` with its rhyme study)*"
-    looking = study["looking"]
-    off = next(r for r in study["free"].values() if sorted(r["heads"]) == sorted(looking))
-    needed = off["interval"][1] < 0
-    drops = rhyme_drops(study)
-    largest = f", while without {drops[0][1]} it falls by {-drops[0][0]:.1f} points" if drops else ""
-    return (f"*Layer 3 of the default run on 「{a['text']}」 (trained heads, the same heads at "
-            f"initialisation, the lesson's random maps): the heads that look at the previous line's rhyme, "
-            f"{' and '.join(looking)}, are {'' if needed else 'not '}heads the rhyme needs. Switched off together, "
-            f"they move the share of free regulated poems that rhyme by {off['change']:+.1f} points, "
-            f"{'outside' if needed else 'within'} the noise (95 % interval {off['interval'][0]:+.1f} to "
-            f"{off['interval'][1]:+.1f}){largest} ([every verdict](docs/results.md#is-a-head-that-looks-at-the-rhyme-"
-            "a-rhyme-head); [reading the figure](docs/attention-maps.md)).*")
+    return (f"*Layer 3 of the default run on 「{a['text']}」 (trained heads, the same heads at initialisation, the "
+            f"lesson's random maps): {found[0].lower() + found[1:-1]} ([every verdict](docs/results.md#is-a-head-that-"
+            "looks-at-the-rhyme-a-rhyme-head); [reading the figure](docs/attention-maps.md)).*")
 
 
 def readme_sample(e: dict) -> str:

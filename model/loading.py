@@ -155,7 +155,7 @@ def config_fields(saved: dict) -> dict:
     become `poem_inputs`, and the settings of ONE_VALUE at that value are dropped.
     raises ValueError in one line naming a setting GPTConfig does not have or a value it lost."""
     saved = dict(saved)
-    flags = {saved.pop(k) for k in POEM_FLAGS if k in saved}
+    flags = {saved.pop(k, False) for k in POEM_FLAGS} if any(k in saved for k in POEM_FLAGS) else set()
     if saved.get("rhyme_loss_at") == "line_ends" and not saved.get("rhyme_loss_weight"):
         del saved["rhyme_loss_at"]  # no rhyme loss: where it would be taken does not matter
     if len(flags) > 1:

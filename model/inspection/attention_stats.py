@@ -184,7 +184,7 @@ def random_head_maps(T: int, n: int, d_model: int = 16, d_head: int = 8, seed: i
     W_q = torch.randn(n, d_model, d_head, generator=gen) / math.sqrt(d_model)  # (n, d_model, d_head)
     W_k = torch.randn(n, d_model, d_head, generator=gen) / math.sqrt(d_model)
     q, k = x @ W_q, x @ W_k  # each (n, T, d_head)
-    return causal_attention_weights(q, k, torch.ones(T, T, dtype=torch.bool).tril())  # (n, T, T)
+    return causal_attention_weights(q, k)  # (n, T, T)
 
 
 def baseline_statistics(token_lists: list[list[str]], n_samples: int = 32, d: int = 8, d_model: int = 16,

@@ -162,3 +162,20 @@ def format_study(study: Mapping, kinds: Sequence[str]) -> str:
                          f"{r['change']:>+9.1f}{interval(r):>17}" + "".join(pct))
     lines += ["", "verdicts:"] + [f"  {v['label']} — {v['measured']}" for v in study["verdicts"]]
     return "\n".join(lines)
+
+
+def finding(study: Mapping) -> str | None:
+    """The study in two sentences: whether the heads that look at the rhyme are heads the rhyme needs, with the
+    free poems' rhyme when they are switched off together, beside the largest drop outside the noise of any
+    other set (not the random controls). None without the free poems."""
+    if not study.get("free") or not study.get("looking"):
+        return None
+    off = next(r for r in study["free"].values() if sorted(r["heads"]) == sorted(study["looking"]))
+    needed = off["interval"][1] < 0
+    drops = sorted((r["change"], name) for name, r in study["free"].items()
+                   if name != "intact" and not name.startswith("random") and r["interval"][1] < 0)
+    largest = f", while without {drops[0][1]} it falls by {-drops[0][0]:.1f} points" if drops else ""
+    return (f"The heads that look at the previous line's rhyme, {' and '.join(study['looking'])}, are "
+            f"{'' if needed else 'not '}heads the rhyme needs. Switched off together, they move the share of free "
+            f"regulated poems that rhyme by {off['change']:+.1f} points, {'outside' if needed else 'within'} the noise "
+            f"(95 % interval {interval(off)}){largest}.")
