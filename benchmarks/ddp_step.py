@@ -30,6 +30,7 @@ import socket
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +91,9 @@ def worker(rank: int, world: int, port: int, variant: str, batch: int, steps: in
     gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
     module = Loss(gpt, all_in_graph=variant == "all in graph")
     if variant != "one process":
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        # find_unused=False with a parameter one rank did not use stalls the other rank's all-reduce: end, never hang
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=120))
         module = torch.nn.parallel.DistributedDataParallel(module, find_unused_parameters=variant == "find_unused=True")
     opt = build_optimizer(gpt, optim)
     loader, times = iter(dm.train_dataloader()), []
