@@ -1,5 +1,6 @@
 """docs/results.md and README.md's generated blocks against the JSON they are written from."""
 import json
+import re
 import shutil
 
 import pytest
@@ -132,8 +133,8 @@ def test_the_default_runs_evaluation_and_heads_are_pending_until_committed(resul
     page = report.expected(results)[report.PAGES["results"]]
     assert "Pending" not in page
     assert "`val/bpc` 6.1234, `val/loss` 4.2500; 70 s in all" in page
-    assert "| free | 2 | 100.0 % |" in page  # n, then `regulated`
-    assert "### On 3 held-out poems" in page and page.count("| random-like |") == 2 * 4  # held-out and probe
+    assert re.search(r"^free +2 +100\.0%", page, re.M)  # evaluate.py's own table: n, then `regulated`
+    assert "### On 3 held-out poems" in page and page.count("  random-like\n") == 2 * 4  # held-out and probe
 
 
 def test_the_studio_pages_figures_come_from_its_json(results):
