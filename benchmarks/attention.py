@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.markdown import n, table  # noqa: E402
 from model.attention import BACKENDS  # noqa: E402
 from model.device import check_backend, describe  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
@@ -132,10 +133,25 @@ def train_step_ms(name, backend, args) -> float | str:
     return 1000 * median_time(step, args.device, args.repeats)
 
 
-def fmt(value, ref=None) -> str:
-    if isinstance(value, str):
-        return "n/a"
-    return f"{value:9.2f}" + (f" ({ref / value:4.1f}×)" if ref and not isinstance(ref, str) else "")
+def tables(result: dict) -> str:
+    """The layer table (ms with the speed-up over naive, peak MiB) and the training-step table, Markdown
+    (printed, and on docs/results.md)."""
+    m = result["meta"]
+
+    def cell(row: dict, b: str, key: str) -> str:
+        r, ref = row[b], row["naive"]
+        if "unavailable" in r or r.get(key) is None:
+            return "n/a"
+        return n(r[key], 1) + (f" ({ref[key] / r[key]:.1f}×)" if b != "naive" and key.endswith("_ms") else "")
+
+    layer = table(["T", "dropout", *(f"{b} {what}" for what in ("fwd ms", "fwd+bwd ms", "MiB") for b in BACKENDS)],
+                  [[n(row["T"]), f"{row['dropout']:g}", *(cell(row, b, k) for k in ("forward_ms", "forward_backward_ms",
+                                                                                   "peak_mib") for b in BACKENDS)]
+                   for row in result["layer"]])
+    steps = table(["model", *BACKENDS], [[name, *("n/a" if isinstance(v[b], str) else n(v[b], 1) for b in BACKENDS)]
+                                         for name, v in result["train_step_ms"].items()])
+    return "\n\n".join([layer, f"Batch {m['batch']}, n_embd {m['n_embd']}, {m['n_head']} heads, {m['dtype']}, median "
+                                 f"of {m['repeats']}. One training step (forward, backward, AdamW), ms:", steps])
 
 
 def main(argv=None) -> None:
@@ -158,12 +174,8 @@ def main(argv=None) -> None:
         return memory_case(b, int(T), float(d), args)
 
     machine = describe(args.device)
-    print(f"# attention backends on {args.device} ({machine}), torch {torch.__version__}, {args.dtype}, "
-          f"batch {args.batch}, n_embd {args.n_embd}, n_head {args.n_head}, median of {args.repeats}")
     rows = []
     for dropout in args.dropouts:
-        print(f"\n## dropout {dropout}: ms (speed-up over naive), peak MiB (fraction of naive)")
-        print(f"{'T':>6} " + " ".join(f"{b + ' fwd':>18} {b + ' fwd+bwd':>18} {b + ' MiB':>14}" for b in BACKENDS))
         for T in args.seq_lens:
             row = {"T": T, "dropout": dropout}
             for b in BACKENDS:
@@ -179,35 +191,17 @@ def main(argv=None) -> None:
                 except (RuntimeError, subprocess.CalledProcessError) as err:  # out of memory
                     row[b] = {"unavailable": f"failed: {str(err).splitlines()[0][:120]}"}
             rows.append(row)
-            ref = row["naive"]
-            cells = []
-            for b in BACKENDS:
-                r = row[b]
-                if "unavailable" in r:
-                    cells.append(f"{'n/a':>18} {'n/a':>18} {'n/a':>14}")
-                    continue
-                mem = r["peak_mib"]
-                ratio = f" ({mem / ref['peak_mib']:.2f})" if mem is not None and ref.get("peak_mib") else ""
-                mem_s = "" if mem is None else f"{mem:7.1f}" + ratio
-                cells.append(f"{fmt(r['forward_ms'], ref.get('forward_ms')):>18} "
-                             f"{fmt(r['forward_backward_ms'], ref.get('forward_backward_ms')):>18} {mem_s:>14}")
-            print(f"{T:>6} " + " ".join(cells))
-
-    print("\n## one training step (forward, backward, AdamW), ms (speed-up over naive)")
-    steps = {}
-    for name, spec in ((m, MODELS[m]) for m in args.models):
-        steps[name] = {b: train_step_ms(name, b, args) for b in BACKENDS}
-        ref = steps[name]["naive"]
-        print(f"{name:>6} (batch {spec['batch']} × T {spec['block_size']}): "
-              + "  ".join(f"{b} {fmt(v, ref).strip()}" for b, v in steps[name].items()))
+            print(f"T {T}, dropout {dropout:g}: measured", flush=True)
+    steps = {name: {b: train_step_ms(name, b, args) for b in BACKENDS} for name in args.models}
 
     out = args.out or ROOT / "benchmarks" / "results" / f"attention-{args.device}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": args.device, "machine": machine, "torch": torch.__version__, "dtype": args.dtype,
             "batch": args.batch, "n_embd": args.n_embd, "n_head": args.n_head, "repeats": args.repeats,
             "threads": torch.get_num_threads()}
-    out.write_text(json.dumps({"meta": meta, "layer": rows, "train_step_ms": steps}, indent=2))
-    print(f"\nwrote {out}")
+    result = {"meta": meta, "layer": rows, "train_step_ms": steps}
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\n{machine}, torch {torch.__version__}\n\n{tables(result)}\n\nwrote {out}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from attention_maps import format_table as heads_table
+from benchmarks.attention import tables as attention_tables
 from benchmarks.ddp_step import table as ddp_table
+from benchmarks.markdown import n, table
 from data.verse.plan import poem_rhyme_groups
 from model.inspection.head_effects import format_effects
 from model.inspection.poem_metrics import format_table
@@ -88,17 +90,6 @@ def load(results_dir: Path = RESULTS) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(results_dir.glob("*.json"))}
 
 
-def n(x: float, digits: int = 0) -> str:
-    """A figure with thousands separators: n(10572) → '10,572', n(4.7034, 3) → '4.703'."""
-    return f"{x:,.{digits}f}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table; columns after the first right-aligned."""
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
-
-
 def machine_line(name: str, machine: str | None) -> str:
     return f"Machine: {machine or 'not recorded in the file'} (`benchmarks/results/{name}.json`)."
 
@@ -154,23 +145,7 @@ def ddp_step(res: dict) -> str:
 
 def attention(res: dict, device: str = "cpu") -> str:
     a = res[f"attention-{device}"]
-    m, backends = a["meta"], ("naive", "sdpa", "flash")
-
-    def cell(row: dict, b: str, key: str) -> str:
-        r, ref = row[b], row["naive"]
-        if "unavailable" in r or r.get(key) is None:
-            return "n/a"
-        return n(r[key], 1) + (f" ({ref[key] / r[key]:.1f}×)" if b != "naive" and key.endswith("_ms") else "")
-
-    return block(res, f"attention-{device}",
-                 ["T", "dropout", *(f"{b} {what}" for what in ("fwd ms", "fwd+bwd ms", "MiB") for b in backends)],
-                 [[n(row["T"]), f"{row['dropout']:g}", *(cell(row, b, k) for k in ("forward_ms", "forward_backward_ms",
-                                                                                  "peak_mib") for b in backends)]
-                  for row in a["layer"]],
-                 f"Batch {m['batch']}, n_embd {m['n_embd']}, {m['n_head']} heads, {m['dtype']}, median of "
-                 f"{m['repeats']}. One training step (forward, backward, AdamW), ms:",
-                 table(["model", *backends], [[name, *(n(v[b], 1) for b in backends)]
-                                              for name, v in a["train_step_ms"].items()]))
+    return "\n\n".join([machine_line(f"attention-{device}", machine_of(a)), attention_tables(a)])
 
 
 def sampling(res: dict, device: str = "cpu") -> str:
