@@ -34,7 +34,7 @@ from model.inspection.evaluation import (
     sample_and_measure,
     sample_requests,
 )
-from model.inspection.poem_metrics import format_table
+from model.inspection.poem_metrics import format_placement, format_table
 from model.loading import load_engine
 from model.sampling.decoding import check_sampling_args
 from model.sampling.poems import SamplingOptions
@@ -72,7 +72,7 @@ def evaluate(cfg: DictConfig) -> dict:
     requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
 
     corpora = PoetryDataModule.corpora_options(engine.corpora, Path(cfg.data.corpus_path).parent)
-    samples, plans, rows, seconds = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference,
+    samples, plans, rows, seconds, keywords = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference,
                                                        corpora.get("train_corpora", ()))
     val = {}
     if cfg.val_bpc:
@@ -93,6 +93,7 @@ def evaluate(cfg: DictConfig) -> dict:
               "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),
+              **({"keywords": keywords} if keywords else {}),
               "json": str(out_dir / "evaluate.json")}
     _write_json(Path(report["json"]), report)
     return report
@@ -111,6 +112,10 @@ def main(cfg: DictConfig) -> None:
           f"distinct-n over {n} poems of each row; percentages of the poems, regulated poems, lines or pairs "
           "(see model/inspection/poem_metrics.py)")
     print(format_table(report["rows"]))
+    if "keywords" in report:
+        print("where the keywords stand (shares of the keywords found; beside each set, the held-out poems they "
+              "came from):")
+        print(format_placement(report["keywords"]["placement"]))
     if report["val"]:
         print("  ".join(f"{k} {v:.4f}" for k, v in report["val"].items() if k != "step"))
     print(f"wrote {report['json']} ({', '.join(f'{k} {v:.1f} s' for k, v in report['seconds'].items())})")

@@ -1,6 +1,6 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, acrostic,
+Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, acrostic, keywords,
 rhyme, meter, control, num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
 seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
 format. The same seed and options give the same poems. A model trained with plan tokens draws

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Iterable
 
 LINE_END = "，。？！；"
 """A line (句) ends at one of these full-width marks."""
@@ -90,3 +91,15 @@ def clean_poem(paragraphs: list[str]) -> tuple[str | None, str]:
     if len(split_lines(text)) < 2:
         return None, "fragment"
     return text, ""
+
+
+def keyword_places(poem: str, keywords: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+    """Where each keyword first stands whole inside a line of a poem: {keyword: (line index
+    from 0, position of its first character in the line from 0, the line's characters)}; a
+    keyword not found is left out. Lines as `split_lines`, marks not counted."""
+    lines = [re.sub(f"[{LINE_END}]", "", line) for line in split_lines(poem)]
+    places = {}
+    for w in keywords:
+        if w and (found := next(((i, line.find(w), len(line)) for i, line in enumerate(lines) if w in line), None)):
+            places[w] = found
+    return places

@@ -4,8 +4,11 @@
 A sample set is a way of asking for poems: `free` (from `<bos>`, no control), a form
 (`wujue` …: `form=`), a form with rhyme (`wujue+rhyme`) or with 格律 (`wujue+meter`), and for
 a model with plan tokens a form with rhyme as plan tokens only (`wujue+soft`: the form token
-given, the rhyme slot restricted to real groups, no masks). Every evaluation poem is drawn by
-`sample_sets` through the one sampling path (`model.sampling.poems`), then measured by
+given, the rhyme slot restricted to real groups, no masks); and with forced keywords
+(`keywords`, `wujue+keywords`, `wujue+rhyme+keywords`, `wujue+meter+keywords`,
+`wujue+acrostic+keywords`), each poem with the keywords of one held-out poem
+(`draw_keywords`). Every evaluation poem is drawn by `sample_sets` through the one sampling
+path (`model.sampling.poems`), then measured by
 `model.inspection.poem_metrics.poem_metrics` (for a plan model with the plans drawn: how
 often a poem keeps its plan).
 """
@@ -17,15 +20,23 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from data.corpus_io import heldout_poems
+from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
 from data.verse.poetry import FORMS
 from model.engine import Engine
-from model.inspection.poem_metrics import FORM_NAMES, poem_metrics, training_lines
+from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
+from model.sampling.constraints import PoemConstraint
+from model.sampling.keywords import KeywordConstraint
 from model.sampling.poems import SamplingOptions, read_plans, sample_ids
 
-SET_KINDS = ("free", "form", "rhyme", "meter", "soft")
+SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
-(each with the sampler's default control), and with rhyme as plan tokens only (`soft`)."""
+(each with the sampler's default control), and with rhyme as plan tokens only (`soft`);
+`keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords."""
+HELD_OUT = "held-out"
+"""A request's `keywords` that stands for each poem's own: the keywords of a held-out poem (`draw_keywords`)."""
+ACROSTICS = {4: "春夏秋冬", 8: "春夏秋冬风花雪月"}
+"""The acrostic of the `+acrostic+keywords` sets, by the form's line count."""
 REFERENCE = "human (held-out)"
 """The name of the reference row: held-out poems of the corpus's validation split."""
 
@@ -34,7 +45,8 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
                     plan_model: bool = False) -> dict[str, dict]:
     """Set name → the `SamplingOptions` fields that ask for it: `free` → {}, `wujue` →
     {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}, `wujue+soft` →
-    {form, rhyme, control: soft}.
+    {form, rhyme, control: soft}, `keywords` → {keywords: HELD_OUT}, `wujue+meter+keywords` →
+    {form, meter, keywords: HELD_OUT} (and `+keywords`, `+rhyme+keywords`, `+acrostic+keywords`).
 
     char_model=False (a BPE model) drops the form, rhyme and meter sets: their masks need a
     character model; plan_model=False (no plan tokens) drops the soft sets.
@@ -53,25 +65,68 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
                 requests[f"{form}+{control}"] = {"form": form, control: True}
         if "soft" in kinds and plan_model:
             requests[f"{form}+soft"] = {"form": form, "rhyme": True, "control": "soft"}
+    if "keywords" in kinds and char_model:
+        requests["keywords"] = {"keywords": HELD_OUT}
+        for form in forms:
+            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[FORMS[form][0]]}):
+                requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
     return requests
 
 
-def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict]
-                        ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None]]:
+def draw_keywords(engine: Engine, fields: dict, sources: Sequence[str], n: int, k: int = 2
+                  ) -> tuple[list[list[str]], list[int]]:
+    """The keywords of n poems sampled with `fields` (SamplingOptions fields, no keywords): for
+    each, the k best keywords of the next held-out poem (`data.keywords.poem_keywords`, TextRank)
+    that the poem can hold with these controls, or the first of them alone, or the next poem's
+    (a keyword outside the vocabulary, or one the form, tones or acrostic cannot place, is
+    passed over) → (keywords per poem, the index in `sources` each came from). raises
+    ValueError if the sources run out first."""
+    tok, chosen, used = engine.tokenizer, [], []
+    constraint = None
+    if any(fields.get(f) for f in ("form", "acrostic", "rhyme", "meter")):
+        constraint = PoemConstraint(tok, fields.get("form"), fields.get("acrostic", ""), fields.get("rhyme", False),
+                                    engine.script, fields.get("meter", False))
+    for i, source in enumerate(sources):
+        words = [w for w in poem_keywords(source, k) if not tok.unknown(w)]
+        for candidate in ([words] if len(words) > 1 else []) + [[w] for w in words]:
+            try:
+                KeywordConstraint(tok, [tuple(candidate)], constraint).check()
+            except ValueError:
+                continue
+            chosen.append(candidate)
+            used.append(i)
+            break
+        if len(chosen) == n:
+            return chosen, used
+    raise ValueError(f"only {len(chosen)} of {len(sources)} held-out poems have keywords a poem with {fields} "
+                     f"can hold; {n} are needed")
+
+
+def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict],
+                        sources: Sequence[str] = ()) -> tuple[dict[str, list[str]], dict[str, list[dict] | None],
+                                                              dict[str, dict]]:
     """(set name → `base.num_samples` poems sampled with `base` updated by the request's fields,
     set name → the plans they were sampled with, `model.sampling.poems.read_plans`: None for a
-    model without plan tokens). Seeded: the same model and options give the same poems.
-    raises as `model.sampling.poems.stream_poems`."""
-    poems, plans = {}, {}
+    model without plan tokens, keyword set name → {"keywords": per poem, "sources": the index
+    in `sources` of the held-out poem each came from}). A request's HELD_OUT keywords are drawn
+    from `sources` (`draw_keywords`). Seeded: the same model and options give the same poems.
+    raises as `model.sampling.poems.stream_poems`, `draw_keywords`."""
+    poems, plans, keywords = {}, {}, {}
     for name, fields in requests.items():
+        if fields.get("keywords") == HELD_OUT:
+            words, used = draw_keywords(engine, {k: v for k, v in fields.items() if k != "keywords"}, sources,
+                                        base.num_samples)
+            keywords[name] = {"keywords": words, "sources": used}
+            fields = {**fields, "keywords": words}
         rows = sample_ids(engine, replace(base, **fields))  # (B, T)
         poems[name] = [engine.tokenizer.decode(row.tolist()) for row in rows]
         plans[name] = read_plans(engine.tokenizer, rows)
-    return poems, plans
+    return poems, plans, keywords
 
 
 def sample_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
-    """The poems of `sample_planned_sets`. raises as `model.sampling.poems.stream_poems`."""
+    """The poems of `sample_planned_sets` (requests without HELD_OUT keywords). raises as
+    `model.sampling.poems.stream_poems`."""
     return sample_planned_sets(engine, base, requests)[0]
 
 
@@ -86,40 +141,59 @@ def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
 
 def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_path: str | Path,
                     script: str, plans: dict[str, list[dict] | None] | None = None,
-                    train_corpora: Sequence[str | Path] = ()) -> dict[str, dict]:
+                    train_corpora: Sequence[str | Path] = (), keywords: dict[str, dict] | None = None
+                    ) -> dict[str, dict]:
     """{REFERENCE: metrics of the human poems, set name: metrics of its poems, …}; distinct-n
     of every row over the same number of poems (the largest sample set's; the reference's
     first that many); plans: per set, the plans its poems were sampled with (the plan figures);
-    train_corpora: the corpora whose training lines `copy` counts (default: corpus_path's).
+    train_corpora: the corpora whose training lines `copy` counts (default: corpus_path's);
+    keywords: per keyword set, its poems' keywords (`sample_planned_sets`; the `keywords` figure).
     raises FileNotFoundError if the corpus is missing."""
     lines = frozenset().union(*(training_lines(str(p), script) for p in (train_corpora or [corpus_path])))
     n_distinct = max((len(p) for p in samples.values()), default=None)
-    plans = plans or {}
+    plans, keywords = plans or {}, keywords or {}
     return {REFERENCE: poem_metrics(reference, script, lines, n_distinct),
-            **{name: poem_metrics(poems, script, lines, n_distinct, plans.get(name))
+            **{name: poem_metrics(poems, script, lines, n_distinct, plans.get(name),
+                                  keywords[name]["keywords"] if name in keywords else None)
                for name, poems in samples.items()}}
+
+
+def placement_rows(samples: dict[str, list[str]], keywords: dict[str, dict], reference: Sequence[str]
+                   ) -> dict[str, dict]:
+    """Where the keywords stand (`keyword_placement`): per keyword set, in its poems and, as
+    `<set> (held-out)`, in the held-out poems they were drawn from."""
+    rows = {}
+    for name, drawn in keywords.items():
+        rows[name] = keyword_placement(samples[name], drawn["keywords"])
+        rows[f"{name} ({REFERENCE.split()[-1][1:-1]})"] = keyword_placement(
+            [reference[i] for i in drawn["sources"]], drawn["keywords"])
+    return rows
 
 
 def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str, dict], corpus_path: str | Path,
                        n_reference: int, train_corpora: Sequence[str | Path] = ()
-                       ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict], dict[str, float]]:
-    """`sample_planned_sets`, then `evaluation_rows` with the first n_reference held-out poems (and
-    `copy` against the training lines of train_corpora, default corpus_path's),
-    the model in eval mode meanwhile → (poems per set, plans per set, rows, seconds spent
-    {"sampling", "metrics"}). raises as `model.sampling.poems.stream_poems`; FileNotFoundError
-    if the corpus is missing."""
+                       ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict], dict[str, float],
+                                  dict[str, dict]]:
+    """`sample_planned_sets` (keywords drawn from the held-out poems), then `evaluation_rows` with
+    the first n_reference held-out poems (and `copy` against the training lines of
+    train_corpora, default corpus_path's), the model in eval mode meanwhile → (poems per set,
+    plans per set, rows, seconds spent {"sampling", "metrics"}, keywords: per keyword set its
+    poems' keywords, their sources, and `placement_rows`). raises as
+    `model.sampling.poems.stream_poems`, `draw_keywords`; FileNotFoundError if the corpus is missing."""
     script, model = engine.script, engine.model
     start = time.perf_counter()
+    reference = reference_poems(corpus_path, script, n_reference)
     was_training = model.training
     model.eval()
     try:
-        samples, plans = sample_planned_sets(engine, base, requests)
+        samples, plans, keywords = sample_planned_sets(engine, base, requests, reference)
     finally:
         model.train(was_training)
     sampled = time.perf_counter()
-    rows = evaluation_rows(samples, reference_poems(corpus_path, script, n_reference), corpus_path, script, plans,
-                           train_corpora)
-    return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}
+    rows = evaluation_rows(samples, reference, corpus_path, script, plans, train_corpora, keywords)
+    if keywords:
+        keywords = {**keywords, "placement": placement_rows(samples, keywords, reference)}
+    return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}, keywords
 
 
 def is_char_model(engine: Engine) -> bool:

@@ -21,6 +21,7 @@ fits either tone, one outside the table fits none).
 | `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
 | `plan_form` | the poem has the form its plan tokens name (`data/verse/plan.py`) | poems with a plan |
 | `plan_rhyme` | the poem's even lines rhyme in the group its plan names (`data.verse.plan.poem_rhyme_groups`), or in none for `<无韵>` | poems with a plan |
+| `keywords` | every keyword the poem was asked for stands in it, whole, inside one line | poems sampled with keywords |
 """  # noqa: E501 (its tables)
 from __future__ import annotations
 
@@ -30,22 +31,24 @@ from pathlib import Path
 from data.corpus_io import iter_corpus
 from data.verse.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
 from data.verse.plan import poem_rhyme_groups
-from data.verse.poetry import FORMS, form_of
+from data.verse.poetry import FORMS, form_of, keyword_places, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
 
 FORM_NAMES = (*FORMS, "other")
 PLAN_METRICS = ("plan_form", "plan_rhyme")
 """The figures defined only for poems sampled with plan tokens."""
+OPTIONAL_METRICS = (*PLAN_METRICS, "keywords")
+"""The figures defined only for some sets (plans; keywords): a table shows them where a row has them."""
 METRICS = ("n", "regulated", *FORM_NAMES, "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
-           "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *PLAN_METRICS)
+           "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *OPTIONAL_METRICS)
 """The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
 
 HEADERS = {"n": "n", "regulated": "reg", "wujue": "wujue", "qijue": "qijue", "wulv": "wulv", "qilv": "qilv",
            "other": "other", "level_finals": "lvlfin", "rhyme": "rhyme", "rhyme_regulated": "rhy/reg",
            "alternation": "alt246", "nian": "nian", "dui": "dui", "meter": "meter", "meter_relaxed": "m-135",
            "copy": "copy", "distinct_1": "dist-1", "distinct_2": "dist-2", "plan_form": "pl-form",
-           "plan_rhyme": "pl-rhy"}
+           "plan_rhyme": "pl-rhy", "keywords": "kw"}
 """Short ASCII column titles of `format_table` (CJK titles would break a terminal's alignment)."""
 
 
@@ -86,13 +89,14 @@ def plan_match(poems: list[str], plans: list[dict | None], script: str) -> dict[
 
 
 def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_distinct: int | None = None,
-                 plans: list[dict | None] | None = None) -> dict:
+                 plans: list[dict | None] | None = None, keywords: list[list[str]] | None = None) -> dict:
     """The `METRICS` of a set of poems (see the module docstring for each).
 
     script: the poems' script (for the tone tables); train_lines: `training_lines`;
     n_distinct: distinct-n over the first n_distinct poems only (default all), so that sets
     of different sizes are compared on the same count; plans: the plan each poem was sampled
-    with (`plan_match`; None: no plans, the plan figures are None). → {name: int | float | None}.
+    with (`plan_match`; None: no plans, the plan figures are None); keywords: the keywords each
+    poem was asked for (None: the `keywords` figure is None). → {name: int | float | None}.
     """
     forms = [form_of(p) for p in poems]
     regulated = [poem_lines(p) for p, f in zip(poems, forms) if f != "other"]
@@ -128,20 +132,44 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
         "distinct_1": distinct_n(sample, 1),
         "distinct_2": distinct_n(sample, 2),
         **plan_match(poems, plans or [None] * len(poems), script),
+        "keywords": None if keywords is None else _rate(
+            sum(len(keyword_places(p, ws)) == len(ws) for p, ws in zip(poems, keywords)), len(poems)),
     }
+
+
+PLACES = ("first_line", "last_line", "first_half", "head", "tail", "alone")
+"""`keyword_placement`'s figures."""
+
+
+def keyword_placement(poems: list[str], keywords: list[list[str]]) -> dict[str, float | int | None]:
+    """Where keywords stand in poems (each poem's own keywords, the first place each stands):
+    shares of the keywords found that stand in the first line, the last line, the first half of
+    the lines, at a line's head (its first character), at its tail (its last), and alone in
+    their line (no other keyword there); `n`: keywords found."""
+    found = []
+    for poem, words in zip(poems, keywords):
+        n_lines, places = len(split_lines(poem)), keyword_places(poem, words)
+        lines = [line for line, _, _ in places.values()]
+        found += [(line, at, size, len(w), n_lines, lines.count(line) == 1) for w, (line, at, size) in places.items()]
+    n = len(found)
+    return {"n": n, "first_line": _rate(sum(f[0] == 0 for f in found), n),
+            "last_line": _rate(sum(f[0] == f[4] - 1 for f in found), n),
+            "first_half": _rate(sum(f[0] < f[4] / 2 for f in found), n),
+            "head": _rate(sum(f[1] == 0 for f in found), n), "tail": _rate(sum(f[1] + f[3] == f[2] for f in found), n),
+            "alone": _rate(sum(f[5] for f in found), n)}
 
 
 def format_table(rows: dict[str, dict]) -> str:
     """{set name: `poem_metrics`} → a text table, one row per set: n, then percentages
-    (distinct-n as fractions), `–` where a figure is undefined; the `PLAN_METRICS` columns
+    (distinct-n as fractions), `–` where a figure is undefined; the `OPTIONAL_METRICS` columns
     only where some row has them."""
     width = max(len(name) for name in rows) + 2
-    columns = [m for m in METRICS if m not in PLAN_METRICS or any(row[m] is not None for row in rows.values())]
+    columns = [m for m in METRICS if m not in OPTIONAL_METRICS or any(row.get(m) is not None for row in rows.values())]
     lines = [f"{'':<{width}}" + "".join(f"{HEADERS[m]:>8}" for m in columns)]
     for name, row in rows.items():
         cells = []
         for m in columns:
-            v = row[m]
+            v = row.get(m)
             if v is None:
                 cells.append(f"{'–':>8}")
             elif m == "n":
@@ -151,4 +179,14 @@ def format_table(rows: dict[str, dict]) -> str:
             else:
                 cells.append(f"{100 * v:>7.1f}%")
         lines.append(f"{name:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def format_placement(rows: dict[str, dict]) -> str:
+    """{name: `keyword_placement`} → a text table: n, then the `PLACES` shares in percent."""
+    width = max(len(name) for name in rows) + 2
+    lines = [f"{'':<{width}}{'n':>6}" + "".join(f"{p:>11}" for p in PLACES)]
+    for name, row in rows.items():
+        cells = "".join(f"{'–':>11}" if row[p] is None else f"{100 * row[p]:>10.1f}%" for p in PLACES)
+        lines.append(f"{name:<{width}}{row['n']:>6d}{cells}")
     return "\n".join(lines)

@@ -19,17 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from omegaconf import OmegaConf
 
-from data.tokenizer import Tokenizer
+from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
+from model.sampling.keywords import MAX_FREE_LINE, KeywordConstraint, keyword_rows
 
 RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
 """The sampling recipe (conf/sampling.yaml, the one copy): `SamplingOptions`' defaults, and the
@@ -44,7 +45,9 @@ class SamplingOptions:
     """What to sample. Units: tokens (= characters for the character model).
 
     prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
-    qilv | None; rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
+    qilv | None; keywords: words every poem contains, whole, inside a line, where the model
+    chooses (`model.sampling.keywords`; a list, or a string split at `,`/`，`/`、`; or one
+    list per poem, `num_samples` of them); rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
     character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
     repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
     temperature 0 = greedy; control: hard | soft | both (module docstring; None: both for a
@@ -59,6 +62,7 @@ class SamplingOptions:
     seed: int = RECIPE.seed
     form: str | None = None
     acrostic: str = ""
+    keywords: str | Sequence = ()
     rhyme: bool = False
     meter: bool = False
     repetition_penalty: float = RECIPE.repetition_penalty
@@ -134,6 +138,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)) if ids else None
     if grammar:
         processors.append(grammar)
+    constraint = None
     if control != "soft" and (opts.form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, engine.script, opts.meter)
         constraint.check_text(prompt)
@@ -144,6 +149,9 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
                          f"{to_draw} plan token(s)")
+    if rows := [tuple(engine.to_model_text(w, "keywords") for w in row)
+                for row in keyword_rows(opts.keywords, opts.num_samples)]:
+        processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw)
     if opts.repetition_penalty != 1.0:
         penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
         processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
@@ -165,6 +173,29 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         yield from generate(torch.cat([start, *(s.ids for s in drawn), given], dim=1), opts.max_new_tokens - to_draw)
 
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
+
+
+def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: PoemConstraint | None,
+                      prompt: str, control: str, max_new_tokens: int) -> list[KeywordConstraint]:
+    """The `KeywordConstraint` forcing each row's keywords (rows: in the model's script; none:
+    []), checked before sampling. raises ValueError for a non-character tokenizer, soft
+    control, a keyword with other than CJK characters, too few tokens, or keywords that cannot
+    be placed (`KeywordConstraint.check`)."""
+    if not any(rows):
+        return []
+    if not isinstance(tok, CharTokenizer):
+        raise ValueError("keywords need a character-level model (tokenizer=char)")
+    if control == "soft":
+        raise ValueError("forced keywords are masks, not plan tokens: use control=hard or control=both")
+    if bad := next((w for row in rows for w in row if not all(map(is_hanzi, w))), None):
+        raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
+    needed = max(len(row) + 1 for row in rows) * (MAX_FREE_LINE + 1) + 1 if constraint is None else 0
+    if needed > max_new_tokens:
+        raise ValueError(f"max_new_tokens={max_new_tokens} is too few for these keywords without a form; "
+                         f"they need up to {needed}")
+    keywords = KeywordConstraint(tok, rows, constraint, prompt, max_new_tokens)
+    keywords.check()
+    return [keywords]
 
 
 def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:

@@ -226,7 +226,7 @@ class PoemEvaluationLogger(L.Callback):
         requests = sample_requests(self.sets, self.forms, is_char_model(engine), is_plan_model(engine))
         rank_zero_info(f"evaluating the model's poems: {self.options.num_samples} per set, {len(requests)} sets "
                        f"(callbacks.evaluation; '~callbacks.evaluation' turns it off)")
-        _, _, rows, _ = sample_and_measure(engine, self.options, requests, self.corpus_path, self.reference)
+        _, _, rows, _, _ = sample_and_measure(engine, self.options, requests, self.corpus_path, self.reference)
         self.seconds = time.perf_counter() - start
         rank_zero_info(f"evaluated in {self.seconds:.1f} s (eval/poems, eval/seconds)")
         step = trainer.global_step

@@ -1,0 +1,325 @@
+"""Keywords every sampled poem contains (`keywords=[明月,故乡]`): a logits processor that
+guarantees them and lets the model choose where they go.
+
+A keyword is a run of characters that stands whole, in its order, inside one line. The
+processor (`KeywordConstraint`, after `PoemConstraint` in the engine's processors) keeps, for
+every row, the keywords still to write and the rule that decides each step:
+
+- **started keywords are finished**: when the model draws a keyword's first character at a
+  place where the keyword can stand (and the rest can still be placed), the next characters
+  are forced, so the keyword is written whole (keywords sharing a first character stay open
+  together until the text tells them apart);
+- **nothing that makes a keyword impossible**: with a form, a character is allowed only if all
+  the keywords not yet written can still be placed in the lines left, character by character
+  under the same rules `PoemConstraint` enforces: line lengths, the acrostic's first
+  characters, the rhyme slots (a keyword character there must rhyme, in a group every rhyme
+  shares, and not repeat a rhyme) and, with `meter`, one tone pattern for the whole poem.
+  This is an exact search (`_placeable`: over the positions left, memoised), so a keyword
+  is forced only when the poem would otherwise run out of room, and the model picks every
+  other place;
+- **without a form** (free poems) a keyword may start where it fits in the line (the first
+  line's length, at most 7), and the poem cannot end before every keyword
+  is written; once the model would have ended it (`<eos>` its likeliest token), or when the
+  tokens left (`max_new_tokens`) just hold the keywords' lines, each further line must take a
+  keyword where it still fits by the line's end (a line already too long for one closes).
+
+A keyword already in the prompt counts as written. Which rows got which keywords, and how
+the requested ones are cleaned and checked before sampling: `clean_keywords`, `check_keywords`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from data.tokenizer import CharTokenizer
+from data.verse.meter import LEVEL
+from data.verse.poetry import LINE_END, is_hanzi
+from model.sampling.constraints import FREE_LENGTHS, PoemConstraint, _Row
+
+MAX_FREE_LINE = max(FREE_LENGTHS)
+"""The longest line a keyword may fill without a form (7, as the longest regulated line)."""
+
+
+SEPARATORS = re.compile(r"[,，、;；\s]+")
+"""What separates keywords written in one string: `明月,故乡`, `明月，故乡`, `明月、故乡`."""
+
+
+def clean_keywords(keywords: Iterable[str]) -> tuple[str, ...]:
+    """Keywords as asked → the ones to force: split at SEPARATORS, empty entries and repeats
+    dropped, and a keyword inside another dropped (it is written with the longer one); order kept."""
+    kept = list(dict.fromkeys(w for k in keywords for w in SEPARATORS.split(str(k)) if w))
+    return tuple(k for k in kept if not any(k != other and k in other for other in kept))
+
+
+def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, ...]]:
+    """`SamplingOptions.keywords` → the keywords of each row, cleaned (`clean_keywords`): one
+    tuple for every row (a string, or a list of strings), or one per row (a list of
+    `num_samples` lists). raises ValueError for a list of lists of another length."""
+    if isinstance(keywords, str):
+        return [clean_keywords([keywords])]
+    keywords = list(keywords)
+    if not keywords or all(isinstance(k, str) for k in keywords):
+        return [clean_keywords(keywords)]
+    if len(keywords) != num_samples or any(isinstance(k, str) for k in keywords):
+        raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}")
+    return [clean_keywords(k) for k in keywords]
+
+
+@dataclass
+class _KeywordRow:
+    """A row's keywords: still to write; being written (the candidates sharing the `written`
+    characters so far); may start at the next position (decided when its mask was made)."""
+    pending: tuple[str, ...]
+    open: tuple[str, ...] = ()
+    written: int = 0
+    starts: tuple[str, ...] = ()
+    line_text: str = ""  # the current line's characters
+    first_len: int | None = None  # free poems: the first line's length
+    overtime: bool = False  # free poems: the model would have ended the poem
+
+
+class KeywordConstraint:
+    """Logits processor forcing every row's keywords into its poem (module docstring).
+
+    tokenizer: the model's CharTokenizer; keywords: one tuple of cleaned keywords per row
+    (`clean_keywords`; in the model's script and vocabulary); poem: the `PoemConstraint` of
+    the same call (its rows give the line, position, patterns and rhyme of each row; it must
+    come before this processor), None for free poems; prompt: the text given after `<bos>`
+    (and the plan), whose keywords count as written; max_new_tokens: the tokens the poem may
+    take (free poems place their keywords before they run out). Call `check()` before generating.
+    """
+
+    def __init__(self, tokenizer: CharTokenizer, keywords: Sequence[tuple[str, ...]],
+                 poem: PoemConstraint | None = None, prompt: str = "", max_new_tokens: int = 10**9):
+        self.tok, self.poem, self.prompt, self.max_new_tokens = tokenizer, poem, prompt, max_new_tokens
+        self.start: int | None = None  # the length of the sequence at the first step
+        self.keywords = [tuple(k for k in row if k not in prompt) for row in keywords]
+        self.rows: list[_KeywordRow] = []
+        self.consumed = 0
+        self._memo: dict[tuple, bool] = {}
+        self._all = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
+        self._marks = [tokenizer.stoi[m] for m in LINE_END if m in tokenizer.stoi]
+
+    # --- the shape of the poem, as PoemConstraint sees it --------------------------------------
+
+    def _n_chars(self, row: _Row) -> int:
+        """The line length to place keywords in (an acrostic without form: 5 until a line says 7)."""
+        return row.n_chars or self.poem.n_chars or (max(FREE_LENGTHS) if row.pos > min(FREE_LENGTHS) else min(FREE_LENGTHS))
+
+    def _rhyme_slot(self, line: int, pos: int, n: int, pattern: str | None) -> bool:
+        """Whether a character at (line, pos) must rhyme: an even line's end with `rhyme`; the
+        first line's end under a pattern whose first line rhymes (首句入韵, `meter`)."""
+        if not self.poem.rhyme or pos != n - 1:
+            return False
+        return line % 2 == 1 or (pattern is not None and line == 0 and self.poem.patterns[pattern][0][-1] == LEVEL)
+
+    def _fits(self, word: str, line: int, start: int, n: int, pattern: str | None, groups: frozenset[str],
+              used: frozenset[str]) -> tuple[frozenset[str], frozenset[str]] | None:
+        """(rhyme groups, rhymes used) after writing `word` from (line, start) under `pattern`, or
+        None if a character breaks the acrostic, the pattern's tone or a rhyme slot."""
+        poem = self.poem
+        for j, c in enumerate(word):
+            pos = start + j
+            if pos == 0 and poem.acrostic and c != poem.acrostic[line]:
+                return None
+            if pattern is not None and poem.patterns[pattern][line][pos] not in poem.tones.get(c, ()):
+                return None
+            if self._rhyme_slot(line, pos, n, pattern):
+                groups = groups & poem.groups.get(c, frozenset())
+                if c in used or not groups:
+                    return None
+                used = used | {c}
+        return groups, used
+
+    def _placeable(self, n: int, pattern: str | None, line: int, pos: int, words: frozenset[str],
+                   groups: frozenset[str], used: frozenset[str]) -> bool:
+        """Whether `words` can all be written, whole and apart, in the lines from (line, pos) on,
+        under one tone pattern (None without meter), rhyming in `groups` without repeating `used`."""
+        if not words:
+            return True
+        if pos + min(map(len, words)) > n:
+            line, pos = line + 1, 0
+        room = (n - pos) + (self.poem.n_lines - line - 1) * n
+        if line >= self.poem.n_lines or sum(map(len, words)) > room:
+            return False
+        key = (n, pattern, line, pos, words, groups, used)
+        if key not in self._memo:
+            self._memo[key] = any(
+                (after := self._fits(w, line, pos, n, pattern, groups, used)) is not None
+                and self._placeable(n, pattern, line, pos + len(w), words - {w}, *after)
+                for w in words if pos + len(w) <= n
+            ) or self._placeable(n, pattern, line, pos + 1, words, groups, used)
+        return self._memo[key]
+
+    def _state(self, row: _Row) -> tuple[int, frozenset[str], frozenset[str], frozenset[str]]:
+        """(line length, the row's tone patterns, rhyme groups, rhymes used) for the search."""
+        poem = self.poem
+        patterns = poem._row_patterns(row) if poem.meter else frozenset({None})
+        groups = row.groups if row.groups is not None else frozenset(poem.open_groups)
+        return self._n_chars(row), patterns, groups, frozenset(row.rhymes)
+
+    def placeable(self, row: _Row, words: Iterable[str]) -> bool:
+        """Whether `words` can all still be written in a poem at PoemConstraint row `row`."""
+        n, patterns, groups, used = self._state(row)
+        words = frozenset(words)
+        return any(self._placeable(n, p, row.line, row.pos, words, groups, used) for p in patterns)
+
+    # --- the masks -----------------------------------------------------------------------------
+
+    def _form_mask(self, krow: _KeywordRow, row: _Row) -> torch.Tensor | None:
+        """(V,) bool of what keeps every keyword placeable at this step, None = no restriction."""
+        poem, words = self.poem, frozenset(krow.pending)
+        n, patterns, groups, used = self._state(row)
+        if row.plan_left:  # a plan's rhyme token fixes the group: only groups the keywords can rhyme in
+            allowed = self._all.clone()
+            for g, i in (poem.plan.rhymes.items() if poem.rhyme else ()):
+                allowed[i] = g in groups and any(self._placeable(n, p, 0, 0, words, frozenset({g}), used)
+                                                 for p in patterns)
+            return allowed
+        if row.ended or row.pos >= n:
+            return None
+        krow.starts = tuple(w for w in krow.pending if row.pos + len(w) <= n and any(
+            (after := self._fits(w, row.line, row.pos, n, p, groups, used)) is not None
+            and self._placeable(n, p, row.line, row.pos + len(w), words - {w}, *after) for p in patterns))
+        fillers, all_ok = [], True  # the characters that may stand here without starting a keyword
+        for mask, kept, gs in self._filler_classes(row, n, patterns, groups, krow.pending):
+            if any(self._placeable(n, p, row.line, row.pos + 1, words, gs, used) for p in kept):
+                fillers.append(mask)
+            else:
+                all_ok = False
+        if all_ok:
+            return None
+        allowed = torch.stack(fillers).any(0) if fillers else torch.zeros_like(self._all)
+        allowed[[self.tok.stoi[w[0]] for w in krow.starts]] = True
+        return allowed
+
+    def _filler_classes(self, row: _Row, n: int, patterns: frozenset, groups: frozenset[str],
+                        pending: tuple[str, ...]) -> list[tuple[torch.Tensor, frozenset, frozenset[str]]]:
+        """The kinds of character that may stand at the row's position without a keyword, each
+        as (its characters (V,) bool, the patterns kept after one, the rhyme groups after one).
+        A rhyme here is never a character of a pending keyword (it could not rhyme again)."""
+        poem, line, pos = self.poem, row.line, row.pos
+        tones = {poem.patterns[p][line][pos] for p in patterns} if poem.meter else {None}
+        classes = []
+        for tone in tones:
+            kept = frozenset(p for p in patterns if tone is None or poem.patterns[p][line][pos] == tone)
+            mask = self._all if tone is None else poem.tone_masks[tone]
+            if rhyming := frozenset(p for p in kept if self._rhyme_slot(line, pos, n, p)):
+                mask = mask.clone()
+                mask[[self.tok.stoi[c] for w in pending for c in w]] = False
+                classes += [(mask & poem.group_masks[g], rhyming, frozenset({g})) for g in sorted(groups)]
+            if kept - rhyming:
+                classes.append((mask, kept - rhyming, groups))
+        return classes
+
+    def _free_mask(self, krow: _KeywordRow, idx_last: int, logits: torch.Tensor, left: int) -> torch.Tensor | None:
+        """Free poems: the row's allowed tokens (module docstring); left: tokens still to draw."""
+        pos, limit = len(krow.line_text), min(krow.first_len or MAX_FREE_LINE, MAX_FREE_LINE)
+        starts = tuple(w for w in krow.pending if pos + len(w) <= limit)
+        krow.starts = starts
+        allowed = self._all.clone()
+        allowed[self.tok.eos_id] = False
+        if self.tok.itos[idx_last] in LINE_END[1:] and int(logits.argmax()) == self.tok.eos_id:
+            krow.overtime = True  # the model would have ended the poem here
+        if left <= (len(krow.pending) + 1) * (MAX_FREE_LINE + 1) + 1:
+            krow.overtime = True  # just enough tokens left for a line per keyword
+        if krow.overtime and any(pos + len(w) >= limit for w in starts):
+            allowed[:] = False  # the last place in this line where a keyword fits: one starts here
+            allowed[[self.tok.stoi[w[0]] for w in starts]] = True
+        elif krow.overtime and starts:
+            allowed[self._marks] = False  # no line closes before its keyword
+        elif krow.overtime and pos:
+            allowed[:] = False  # no keyword fits in this line any more: it closes
+            allowed[self._marks] = True
+        return allowed
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
+        if self.start is None:
+            self.start = idx.size(1)
+        if not self.rows:
+            self.rows = [_KeywordRow(k) for k in (self.keywords * idx.size(0) if len(self.keywords) == 1
+                                                  else self.keywords)]
+        for krow, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
+            for i in ids:
+                if i not in (self.tok.bos_id, self.tok.eos_id) and not self.tok.is_plan(i):
+                    self._advance(krow, self.tok.itos[i])
+        self.consumed = idx.size(1)
+        masks = []
+        for b, krow in enumerate(self.rows):
+            if krow.open:
+                mask = torch.zeros_like(self._all)
+                mask[[self.tok.stoi[w[krow.written]] for w in krow.open]] = True
+            elif not krow.pending:
+                mask = None
+            elif self.poem is not None:
+                mask = self._form_mask(krow, self.poem.rows[b])
+            else:
+                mask = self._free_mask(krow, int(idx[b, -1]), logits[b], self.max_new_tokens - idx.size(1) + self.start)
+            masks.append(mask)
+        if all(m is None for m in masks):
+            return logits
+        allowed = torch.stack([self._all if m is None else m for m in masks]).to(logits.device)  # (B, V)
+        return logits.masked_fill(~allowed, float("-inf"))
+
+    def _advance(self, krow: _KeywordRow, c: str) -> None:
+        """Move the row past character c (drawn or given)."""
+        if not is_hanzi(c):
+            krow.first_len = krow.first_len or len(krow.line_text) or None
+            krow.line_text, krow.open, krow.starts = "", (), ()
+            return
+        krow.line_text += c
+        if krow.open:
+            krow.open = tuple(w for w in krow.open if w[krow.written] == c)
+            krow.written += 1
+        else:
+            krow.open, krow.written = tuple(w for w in krow.starts if w[0] == c), 1
+        krow.starts = ()
+        done = {w for w in krow.pending if krow.line_text.endswith(w)}
+        krow.pending = tuple(w for w in krow.pending if w not in done)
+        krow.open = tuple(w for w in krow.open if w not in done and len(w) > krow.written)
+        if done or not krow.open:
+            krow.open, krow.written = (), 0
+
+    def check(self) -> None:
+        """raises ValueError if some row's keywords cannot all be placed (module docstring): a
+        keyword longer than a line, more keyword characters than the poem holds, a keyword whose
+        平仄 fits no position of the form's patterns (meter), one that clashes with the
+        acrostic, or no joint placement of them."""
+        for keywords in self.keywords:
+            if keywords:
+                self._check_row(keywords)
+
+    def _check_row(self, keywords: tuple[str, ...]) -> None:
+        if self.poem is None:
+            if long := [w for w in keywords if len(w) > MAX_FREE_LINE]:
+                raise ValueError(f"the keyword {long[0]} has {len(long[0])} characters, more than a line holds "
+                                 f"({MAX_FREE_LINE} without form=)")
+            return
+        poem, start = self.poem, _Row()
+        for c in self.prompt:
+            poem._advance(start, c)
+        n = poem.n_chars or min(FREE_LENGTHS)
+        what = f"a {poem.form}" if poem.form else f"an acrostic of {n}-character lines (form= gives 7)"
+        if long := [w for w in keywords if len(w) > n]:
+            raise ValueError(f"the keyword {long[0]} has {len(long[0])} characters, more than a line of {what} holds")
+        if (total := sum(map(len, keywords))) > poem.n_lines * n:
+            raise ValueError(f"the keywords {'、'.join(keywords)} have {total} characters, more than {what} holds "
+                             f"({poem.n_lines} × {n})")
+        for w in keywords:
+            places = [(line, s) for line in range(poem.n_lines) for s in range(n - len(w) + 1)
+                      if s or not poem.acrostic or w[0] == poem.acrostic[line]]
+            if not places:
+                raise ValueError(f"the keyword {w} clashes with the acrostic {poem.acrostic}: it fills a line from "
+                                 "its first character, which the acrostic fixes")
+            if poem.meter and not any(all(poem.patterns[p][line][s + j] in poem.tones.get(c, ()) for j, c in enumerate(w))
+                                      for p in poem.patterns for line, s in places):
+                tones = "".join("/".join(sorted(poem.tones.get(c, ()))) or "?" for c in w)
+                raise ValueError(f"the keyword {w} ({tones}) fits no position of the {poem.form}'s tone patterns "
+                                 "(meter=true)")
+        if not self.placeable(start, keywords):
+            raise ValueError(f"the keywords {'、'.join(keywords)} cannot all be placed in {what} with these "
+                             "controls (rhyme slots, tones, acrostic, prompt)")

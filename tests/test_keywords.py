@@ -1,0 +1,175 @@
+"""Forced keywords (model/sampling/keywords.py) with a tiny random model: every poem holds them,
+with every other control, and what cannot be placed is refused before sampling."""
+import pytest
+import torch
+
+from data.keywords import poem_keywords
+from data.tokenizer import CharTokenizer, UnknownCharactersError
+from data.verse.meter import tones
+from data.verse.poetry import FORMS, form_of, keyword_places, split_lines
+from model.cli import quote_non_ascii_overrides
+from model.inspection.evaluation import HELD_OUT, draw_keywords, evaluation_rows, sample_requests
+from model.inspection.poem_metrics import keyword_placement, poem_metrics
+from model.sampling.constraints import PoemConstraint, _Row
+from model.sampling.keywords import KeywordConstraint, _KeywordRow, clean_keywords, keyword_rows
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.training.lit import LitGPT
+from tests.conftest import POEMS, write_corpus
+
+OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}
+KEYWORDS = ["明月", "故鄉"]
+
+
+@pytest.fixture(scope="module")
+def lit():
+    """An untrained model over the test poems' characters (traditional script)."""
+    torch.manual_seed(0)
+    tok = CharTokenizer.from_texts(POEMS)
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    return LitGPT(model, OPTIM, tok.state_dict(), script="traditional").eval()
+
+
+def poems(lit, n, **kw):
+    return sample_poems(lit.engine, SamplingOptions(num_samples=n, temperature=1.0, top_k=None, **kw))
+
+
+def holds(poem, keywords):
+    return all(any(w in line for line in split_lines(poem)) for w in keywords)
+
+
+@pytest.mark.parametrize("controls", [
+    {}, *({"form": f} for f in FORMS), {"form": "wulv", "rhyme": True}, {"form": "qilv", "meter": True},
+    {"form": "wujue", "meter": True}, {"form": "qijue", "acrostic": "春花明月"}, {"acrostic": "白花"},
+    {"form": "wujue", "rhyme": True, "prompt": "白日依山盡，"},
+    {"form": "qilv", "meter": True, "acrostic": "白花千月白花千月"},
+])
+def test_every_poem_holds_every_keyword_with_every_control(lit, controls):
+    out = poems(lit, 40, keywords=KEYWORDS, **controls)
+    assert all(holds(p, KEYWORDS) for p in out)
+    m = poem_metrics(out, "traditional", frozenset(), keywords=[KEYWORDS] * len(out))
+    assert m["keywords"] == 1
+    if "form" in controls:
+        assert m[controls["form"]] == 1
+    if controls.get("rhyme") or controls.get("meter"):
+        assert m["rhyme_regulated"] == 1
+    if controls.get("meter"):
+        assert m["meter"] == 1
+    if "acrostic" in controls:
+        assert all("".join(line[0] for line in split_lines(p)) == controls["acrostic"] for p in out)
+    if "prompt" in controls:
+        assert all(p.startswith(controls["prompt"]) for p in out)
+
+
+def test_keywords_the_same_with_and_without_the_cache_and_on_every_cpu_backend(lit):
+    first = poems(lit, 20, keywords=KEYWORDS, form="qijue", rhyme=True, seed=5)
+    assert poems(lit, 20, keywords=KEYWORDS, form="qijue", rhyme=True, seed=5, use_cache=False) == first
+    attention = [m for m in lit.engine.model.modules() if hasattr(m, "backend")]
+    try:
+        for m in attention:
+            m.backend = "naive"
+        naive = poems(lit, 20, keywords=KEYWORDS, form="qijue", rhyme=True, seed=5)
+    finally:
+        for m in attention:
+            m.backend = "sdpa"
+    assert all(holds(p, KEYWORDS) for p in naive)
+    assert sum(a == b for a, b in zip(naive, first)) >= 18  # float rounding may tip a rare draw
+
+
+def test_the_model_chooses_the_place_until_the_poem_runs_out_of_room(lit):
+    """At the poem's start nothing is masked; with one line left for a five-character keyword,
+    only its first character may come."""
+    tok = lit.engine.tokenizer
+    poem = PoemConstraint(tok, "wujue", script="traditional")
+    keywords = KeywordConstraint(tok, [("白日依山盡",)], poem)
+    assert keywords.placeable(_Row(), ["白日依山盡"])
+    late = _Row(line=3, pos=0, n_chars=5)
+    assert keywords.placeable(late, ["白日依山盡"]) and not keywords.placeable(_Row(line=3, pos=1), ["白日依山盡"])
+    krow = _KeywordRow(("白日依山盡",))
+    assert keywords._form_mask(krow, _Row(line=1, pos=0)) is None  # two lines of room: the model chooses
+    mask = keywords._form_mask(krow, _Row(line=3, pos=0))
+    assert mask.nonzero().flatten().tolist() == [tok.stoi["白"]]
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"keywords": ["明月X"]}, "X"),
+    ({"keywords": ["白日依山盡千"], "form": "wujue"}, "has 6 characters, more than a line of a wujue holds"),
+    ({"keywords": ["白日依山盡黃河入"]}, "more than a line holds"),
+    ({"keywords": ["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓", "明"], "form": "wujue"},
+     "have 21 characters, more than a wujue holds"),
+    ({"keywords": ["白日依山盡"], "form": "wujue", "acrostic": "春花千月"}, "clashes with the acrostic"),
+    ({"keywords": ["春花"], "acrostic": "白花千月白"}, None),  # fits inside a line: accepted
+    ({"keywords": ["明月"], "control": "soft"}, None),  # no plan tokens: refused for control=soft anyway
+    ({"keywords": ["明月。"]}, "not made of characters of a line"),
+])
+def test_keywords_that_cannot_be_placed_are_refused_before_sampling(lit, opts, match):
+    if match is None:
+        if opts.get("control") == "soft":
+            with pytest.raises(ValueError, match="control=soft needs a model trained with plan tokens"):
+                poems(lit, 1, **opts)
+        else:
+            assert holds(poems(lit, 3, **opts)[0], opts["keywords"])
+        return
+    with pytest.raises((ValueError, UnknownCharactersError), match=match):
+        poems(lit, 1, **opts)
+
+
+def test_a_keyword_whose_tones_fit_no_pattern_is_refused_under_meter(lit):
+    level = [c for c, t in tones(lit.engine.tokenizer.itos, "traditional").items() if t == {"平"}]
+    word = "".join(level[:4])  # four level tones in a row: no line of a 5-character pattern has them
+    with pytest.raises(ValueError, match=rf"the keyword {word} \(平平平平\) fits no position of the wujue's tone"):
+        poems(lit, 1, keywords=[word], form="wujue", meter=True)
+    assert holds(poems(lit, 2, keywords=[word], form="wujue")[0], [word])  # without meter it fits
+
+
+def test_keywords_that_fit_alone_but_not_together_are_refused(lit):
+    with pytest.raises(ValueError, match="cannot all be placed"):
+        poems(lit, 1, keywords=["白日依山", "黃河入海", "欲窮千里", "更上一層", "明月"], form="wujue",
+              acrostic="春花千月")
+
+
+def test_keywords_are_cleaned_and_parsed():
+    assert clean_keywords(["明月", " 明月", "", "月", "故鄉，秋風", "秋風"]) == ("明月", "故鄉", "秋風")
+    assert keyword_rows("明月,故鄉、秋風", 3) == [("明月", "故鄉", "秋風")]
+    assert keyword_rows([["明月"], ["故鄉"]], 2) == [("明月",), ("故鄉",)]
+    with pytest.raises(ValueError, match="one list for each of the 3 poems"):
+        keyword_rows([["明月"], ["故鄉"]], 3)
+    assert quote_non_ascii_overrides(["keywords=明月,故乡"]) == ["keywords='明月,故乡'"]
+    assert quote_non_ascii_overrides(["keywords=[明月,故乡]"]) == ["keywords=['明月','故乡']"]
+
+
+def test_keywords_per_poem(lit):
+    per_row = [["明月"], ["故鄉", "千里"], ["黃河"]]
+    out = poems(lit, 3, keywords=per_row, form="wujue")
+    assert all(holds(p, ws) for p, ws in zip(out, per_row))
+
+
+def test_keyword_places_and_placement():
+    poem = "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。"
+    assert keyword_places(poem, ["明月", "故鄉", "江南"]) == {"明月": (0, 2, 5), "故鄉": (3, 3, 5)}
+    place = keyword_placement([poem], [["明月", "故鄉"]])
+    assert place == {"n": 2, "first_line": 0.5, "last_line": 0.5, "first_half": 0.5, "head": 0.0, "tail": 0.5,
+                     "alone": 1.0}
+
+
+def test_textrank_keywords_of_a_poem():
+    assert poem_keywords("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", 1) == ["黄河"]
+    words = poem_keywords("国破山河在，城春草木深。感时花溅泪，恨别鸟惊心。", 2)
+    assert len(words) == 2 and all(len(w) >= 2 and w in "国破山河在城春草木深感时花溅泪恨别鸟惊心" for w in words)
+
+
+def test_evaluation_keyword_sets(lit, tmp_path):
+    requests = sample_requests(["keywords"], ["wujue"])
+    assert requests == {"keywords": {"keywords": HELD_OUT}, "wujue+keywords": {"form": "wujue", "keywords": HELD_OUT},
+                        "wujue+rhyme+keywords": {"form": "wujue", "rhyme": True, "keywords": HELD_OUT},
+                        "wujue+meter+keywords": {"form": "wujue", "meter": True, "keywords": HELD_OUT},
+                        "wujue+acrostic+keywords": {"form": "wujue", "acrostic": "春夏秋冬", "keywords": HELD_OUT}}
+    words, sources = draw_keywords(lit.engine, {"form": "wujue", "meter": True}, POEMS * 3, 4)
+    assert len(words) == 4 and all(1 <= len(w) <= 2 for w in words)
+    assert all(all(k in POEMS[i % len(POEMS)] for k in w) for w, i in zip(words, sources))
+    with pytest.raises(ValueError, match="held-out poems have keywords"):
+        draw_keywords(lit.engine, {"form": "wujue"}, POEMS[:1], 4)
+    out = poems(lit, 4, keywords=words, form="wujue", meter=True)
+    rows = evaluation_rows({"wujue+meter+keywords": out}, POEMS, write_corpus(tmp_path / "c.jsonl.xz"), "traditional",
+                           keywords={"wujue+meter+keywords": {"keywords": words, "sources": sources}})
+    assert rows["wujue+meter+keywords"]["keywords"] == 1 and rows["human (held-out)"]["keywords"] is None
+    assert all(form_of(p) == "wujue" for p in out)
