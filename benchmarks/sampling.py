@@ -1,4 +1,5 @@
-"""Sampling speed with and without the KV cache, side by side in one process.
+"""Sampling speed with and without the KV cache, and with and without forced keywords, side
+by side in one process.
 
     python benchmarks/sampling.py                   # CPU, float32
     python benchmarks/sampling.py --device cuda     # GPU
@@ -9,7 +10,10 @@ median time to sample up to block_size - 1 tokens after `<bos>` (so the cache ne
 be re-filled) through the one sampling path (`model.sampling.poems.stream_poems`, poem rules
 included), with `use_cache=False` (every step recomputes the whole context, as nanoGPT does)
 and with the cache. Prints a table of tokens per second (batch × steps ÷ seconds) and the
-ratio, and writes everything to a JSON file.
+ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/sampling/keywords.py`):
+for the `tiny` model with the cache, batches 16 and 300 (evaluate.py's), each poetry-control set
+with and without the keywords, the two alternated `--repeats` times: tokens per second and the
+ratio (keywords ÷ none). Writes everything to a JSON file.
 """
 from __future__ import annotations
 
@@ -35,6 +39,10 @@ from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
 
 VOCAB = 8164  # the shipped corpus's characters in simplified script, plus <bos> and <eos>
 FIELDS = ("block_size", "n_layer", "n_head", "n_embd")
+KEYWORDS = ["明月", "故乡"]
+CONTROL_SETS = {"wujue": {"form": "wujue"}, "qilv+rhyme": {"form": "qilv", "rhyme": True},
+                "wulv+meter": {"form": "wulv", "meter": True}, "qijue+acrostic": {"form": "qijue", "acrostic": "春夏明月"}}
+"""The sets whose speed is compared with and without KEYWORDS."""
 
 
 def model_of(name: str, device: str) -> Engine:
@@ -68,12 +76,36 @@ def seconds(fn, device: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
+    """Tokens per second of each CONTROL_SETS set with and without KEYWORDS (KV cache, seed 0),
+    the two timed in turn `repeats` times after a warm-up; prints a row per set and batch."""
+    rows = []
+    print(f"\n{'set':15} {'batch':>5} {'tokens/s':>9} {'+keywords':>10} {'ratio':>6}")
+    for batch in batches:
+        for name, fields in CONTROL_SETS.items():
+            opts = {kw: SamplingOptions(num_samples=batch, seed=0, keywords=KEYWORDS if kw else (), **fields)
+                    for kw in (False, True)}
+            steps = {kw: sample_steps(engine, o) for kw, o in opts.items()}  # warm-up, and the steps taken
+            times = {False: [], True: []}
+            for _ in range(repeats):
+                for kw, o in opts.items():
+                    t0 = time.perf_counter()
+                    sample_steps(engine, o)
+                    times[kw].append(time.perf_counter() - t0)
+            rate = {kw: batch * steps[kw] / statistics.median(times[kw]) for kw in opts}
+            rows.append({"set": name, "batch": batch, "tokens_per_sec": rate[False],
+                         "keywords_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
+            print(f"{name:15} {batch:5d} {rate[False]:9.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--models", nargs="+", default=["tiny", "small"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--keyword-batches", nargs="+", type=int, default=[16, 300])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sampling-{device}.json")
     args = ap.parse_args()
 
@@ -96,12 +128,13 @@ def main() -> None:
             print(f"{name:6} {batch:5d} {n_new:6d} {r['no_cache_tokens_per_sec']:15.0f} "
                   f"{r['cache_tokens_per_sec']:15.0f} {r['ratio']:5.1f}×", flush=True)
 
+    keyword_rows = keyword_costs(model_of("tiny", args.device), args.keyword_batches, args.repeats)
     out = Path(str(args.out).format(device=args.device))
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = describe(args.device)
     meta = {"device": args.device, "machine": machine, "threads": torch.get_num_threads(), "torch": torch.__version__}
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    tmp.write_text(json.dumps({**meta, "rows": rows, "keywords": KEYWORDS, "keyword_rows": keyword_rows}, indent=2))
     tmp.replace(out)  # never a half-written file
     print(f"wrote {out}")
 

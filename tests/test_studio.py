@@ -68,7 +68,7 @@ def test_options_give_every_sample_control_and_the_model(client, ckpt):
     info = client.get("/options").json()
     defaults = SamplingOptions()
     assert info["defaults"] == {f: getattr(defaults, f) for f in OPTIONS}
-    assert set(OPTIONS) == {"prompt", "form", "rhyme", "meter", "acrostic", "temperature", "top_k", "top_p",
+    assert set(OPTIONS) == {"prompt", "form", "rhyme", "meter", "acrostic", "keywords", "temperature", "top_k", "top_p",
                             "repetition_penalty", "seed", "control", "max_new_tokens"}
     assert info["forms"] == ["wujue", "qijue", "wulv", "qilv"] and info["controls"] == ["hard", "soft", "both"]
     assert info["model"] == {"ckpt_path": str(ckpt), "plan": False, "n_layer": 2, "n_head": 2, "block_size": 32,
@@ -105,6 +105,12 @@ def test_a_poem_streams_in_order_with_each_steps_own_attention_and_masks(client,
     rhyme = allowed[22]  # the last character: one of the rhyme group, not the 2nd line's rhyme again
     assert steps[22]["text"] in rhyme["allowed"] and steps[10]["text"] not in rhyme["allowed"]
     assert allowed[24]["allowed"] == ["<eos>"]
+
+
+def test_a_poem_with_keywords_is_sample_pys_and_holds_them(client, ckpt):
+    status, text = post(client, {"form": "wujue", "keywords": "明月,白日", "seed": 4})
+    [poem] = sample_poems(load_engine(ckpt), SamplingOptions(form="wujue", keywords=["明月", "白日"], seed=4))
+    assert status == 200 and events(text)[-1][1]["poem"] == poem and "明月" in poem and "白日" in poem
 
 
 def test_a_prompts_rows_come_with_the_start(client, ckpt):
@@ -151,6 +157,7 @@ def sample_error(ckpt, **options) -> str:
     {"prompt": "床\ud800"},  # a lone surrogate
     {"acrostic": "床前明月", "form": "wulv"},  # an acrostic of 4 lines for an 8-line form
     {"acrostic": "，", "form": "wujue"},  # a mark cannot start a line
+    {"keywords": "明月x"}, {"keywords": "床前明月光疑", "form": "wujue"},  # outside the vocabulary; longer than a line
     {"ckpt_path": "missing/last.ckpt"},
     {"top_p": 1.5}, {"form": "ci"}, {"max_new_tokens": 10, "form": "qilv"},
     {"ablate": ["L9H0"]}, {"ablate": ["L0H0", "head 1"]},  # a head the model lacks, a malformed name

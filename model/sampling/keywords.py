@@ -99,9 +99,14 @@ class KeywordConstraint:
         self.keywords = [tuple(k for k in row if k not in prompt) for row in keywords]
         self.rows: list[_KeywordRow] = []
         self.consumed = 0
-        self._memo: dict[tuple, bool] = {}
+        self._memo: dict[tuple, bool] = {}  # _placeable's answers
+        self._masks: dict[tuple, tuple[torch.Tensor | None, tuple[str, ...]]] = {}  # _form_mask's, by state
+        self._chars: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {}
         self._all = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
-        self._marks = [tokenizer.stoi[m] for m in LINE_END if m in tokenizer.stoi]
+        self._no_eos = self._all.clone()
+        self._no_eos[tokenizer.eos_id] = False
+        self._no_mark = self._no_eos.clone()
+        self._no_mark[[tokenizer.stoi[m] for m in LINE_END if m in tokenizer.stoi]] = False
 
     # --- the shape of the poem, as PoemConstraint sees it --------------------------------------
 
@@ -170,18 +175,38 @@ class KeywordConstraint:
     # --- the masks -----------------------------------------------------------------------------
 
     def _form_mask(self, krow: _KeywordRow, row: _Row) -> torch.Tensor | None:
-        """(V,) bool of what keeps every keyword placeable at this step, None = no restriction."""
-        poem, words = self.poem, frozenset(krow.pending)
+        """(V,) bool of what keeps every keyword placeable at this step, None = no restriction
+        (shared tensors: do not modify); sets the row's `starts`. Rows in the same state share one."""
         n, patterns, groups, used = self._state(row)
+        chars, rhymes = self._keyword_chars(krow.pending)
+        if not row.plan_left and not any(self._rhyme_slot(row.line, row.pos, n, p) for p in patterns):
+            groups = groups & rhymes  # the same answers: only keyword characters' groups are ever looked up
+        state = (row.line, row.pos, row.plan_left, row.ended, n, patterns, groups, used & chars, krow.pending)
+        if state not in self._masks:
+            self._masks[state] = self._mask_of(krow, row, *state[4:8])
+        mask, krow.starts = self._masks[state]
+        return mask
+
+    def _keyword_chars(self, pending: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+        """(the characters of these keywords, the rhyme groups any of them is in)."""
+        if pending not in self._chars:
+            chars = frozenset("".join(pending))
+            self._chars[pending] = chars, frozenset().union(*(self.poem.groups.get(c, frozenset()) for c in chars))
+        return self._chars[pending]
+
+    def _mask_of(self, krow: _KeywordRow, row: _Row, n: int, patterns: frozenset, groups: frozenset[str],
+                 used: frozenset[str]) -> tuple[torch.Tensor | None, tuple[str, ...]]:
+        """(`_form_mask`'s mask, the keywords that may start here) for a row in this state."""
+        poem, words = self.poem, frozenset(krow.pending)
         if row.plan_left:  # a plan's rhyme token fixes the group: only groups the keywords can rhyme in
             allowed = self._all.clone()
             for g, i in (poem.plan.rhymes.items() if poem.rhyme else ()):
                 allowed[i] = g in groups and any(self._placeable(n, p, 0, 0, words, frozenset({g}), used)
                                                  for p in patterns)
-            return allowed
+            return allowed, ()
         if row.ended or row.pos >= n:
-            return None
-        krow.starts = tuple(w for w in krow.pending if row.pos + len(w) <= n and any(
+            return None, ()
+        starts = tuple(w for w in krow.pending if row.pos + len(w) <= n and any(
             (after := self._fits(w, row.line, row.pos, n, p, groups, used)) is not None
             and self._placeable(n, p, row.line, row.pos + len(w), words - {w}, *after) for p in patterns))
         fillers, all_ok = [], True  # the characters that may stand here without starting a keyword
@@ -191,10 +216,10 @@ class KeywordConstraint:
             else:
                 all_ok = False
         if all_ok:
-            return None
+            return None, starts
         allowed = torch.stack(fillers).any(0) if fillers else torch.zeros_like(self._all)
-        allowed[[self.tok.stoi[w[0]] for w in krow.starts]] = True
-        return allowed
+        allowed[[self.tok.stoi[w[0]] for w in starts]] = True
+        return allowed, starts
 
     def _filler_classes(self, row: _Row, n: int, patterns: frozenset, groups: frozenset[str],
                         pending: tuple[str, ...]) -> list[tuple[torch.Tensor, frozenset, frozenset[str]]]:
@@ -215,25 +240,28 @@ class KeywordConstraint:
                 classes.append((mask, kept - rhyming, groups))
         return classes
 
-    def _free_mask(self, krow: _KeywordRow, idx_last: int, logits: torch.Tensor, left: int) -> torch.Tensor | None:
-        """Free poems: the row's allowed tokens (module docstring); left: tokens still to draw."""
+    def _free_mask(self, krow: _KeywordRow, last: int, eos_best: bool, left: int) -> torch.Tensor:
+        """Free poems: the row's allowed tokens (module docstring; shared tensors: do not modify);
+        last: the row's last token; eos_best: `<eos>` is the model's likeliest next token; left:
+        tokens still to draw."""
         pos, limit = len(krow.line_text), min(krow.first_len or MAX_FREE_LINE, MAX_FREE_LINE)
-        starts = tuple(w for w in krow.pending if pos + len(w) <= limit)
-        krow.starts = starts
-        allowed = self._all.clone()
-        allowed[self.tok.eos_id] = False
-        if self.tok.itos[idx_last] in LINE_END[1:] and int(logits.argmax()) == self.tok.eos_id:
+        krow.starts = starts = tuple(w for w in krow.pending if pos + len(w) <= limit)
+        if eos_best and self.tok.itos[last] in LINE_END[1:]:
             krow.overtime = True  # the model would have ended the poem here
         if left <= (len(krow.pending) + 1) * (MAX_FREE_LINE + 1) + 1:
             krow.overtime = True  # just enough tokens left for a line per keyword
         if krow.overtime and any(pos + len(w) >= limit for w in starts):
-            allowed[:] = False  # the last place in this line where a keyword fits: one starts here
-            allowed[[self.tok.stoi[w[0]] for w in starts]] = True
-        elif krow.overtime and starts:
-            allowed[self._marks] = False  # no line closes before its keyword
-        elif krow.overtime and pos:
-            allowed[:] = False  # no keyword fits in this line any more: it closes
-            allowed[self._marks] = True
+            return self._only(w[0] for w in starts)  # the last place in this line where one fits: it starts
+        if krow.overtime and starts:
+            return self._no_mark  # no line closes before its keyword
+        if krow.overtime and pos:
+            return self._only(m for m in LINE_END if m in self.tok.stoi)  # no keyword fits any more: the line closes
+        return self._no_eos
+
+    def _only(self, chars: Iterable[str]) -> torch.Tensor:
+        """(V,) bool: only these characters."""
+        allowed = torch.zeros_like(self._all)
+        allowed[[self.tok.stoi[c] for c in chars]] = True
         return allowed
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -248,22 +276,24 @@ class KeywordConstraint:
                 if i not in (self.tok.bos_id, self.tok.eos_id) and not self.tok.is_plan(i):
                     self._advance(krow, self.tok.itos[i])
         self.consumed = idx.size(1)
-        masks = []
+        masks, last, eos_best = {}, idx[:, -1].tolist(), None
         for b, krow in enumerate(self.rows):
             if krow.open:
-                mask = torch.zeros_like(self._all)
-                mask[[self.tok.stoi[w[krow.written]] for w in krow.open]] = True
-            elif not krow.pending:
-                mask = None
-            elif self.poem is not None:
-                mask = self._form_mask(krow, self.poem.rows[b])
-            else:
-                mask = self._free_mask(krow, int(idx[b, -1]), logits[b], self.max_new_tokens - idx.size(1) + self.start)
-            masks.append(mask)
-        if all(m is None for m in masks):
+                masks[b] = self._only(w[krow.written] for w in krow.open)
+            elif krow.pending and self.poem is not None:
+                masks[b] = self._form_mask(krow, self.poem.rows[b])
+            elif krow.pending:
+                if eos_best is None:
+                    eos_best = (logits.argmax(dim=-1) == self.tok.eos_id).tolist()  # (B,)
+                masks[b] = self._free_mask(krow, last[b], eos_best[b], self.max_new_tokens - idx.size(1) + self.start)
+        masks = {b: m for b, m in masks.items() if m is not None}
+        if not masks:
             return logits
-        allowed = torch.stack([self._all if m is None else m for m in masks]).to(logits.device)  # (B, V)
-        return logits.masked_fill(~allowed, float("-inf"))
+        rows = list(masks)
+        allowed = torch.stack(list(masks.values())).to(logits.device)  # (rows with a mask, V)
+        logits = logits.clone()
+        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+        return logits
 
     def _advance(self, krow: _KeywordRow, c: str) -> None:
         """Move the row past character c (drawn or given)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator
 
 import torch
 from omegaconf import OmegaConf
@@ -62,7 +62,7 @@ class SamplingOptions:
     seed: int = RECIPE.seed
     form: str | None = None
     acrostic: str = ""
-    keywords: str | Sequence = ()
+    keywords: Any = ""  # str | list[str] | list[list[str]] (OmegaConf's structured configs take no unions)
     rhyme: bool = False
     meter: bool = False
     repetition_penalty: float = RECIPE.repetition_penalty
