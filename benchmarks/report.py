@@ -20,7 +20,7 @@ from benchmarks.ddp_step import table as ddp_table
 from benchmarks.markdown import n, table
 from data.verse.plan import poem_rhyme_groups
 from model.inspection.head_effects import format_effects
-from model.inspection.poem_metrics import format_table
+from model.inspection.poem_metrics import format_placement, format_table
 from model.inspection.rhyme_heads import finding, format_study
 from model.training.fingerprint import default_fingerprint, differences
 
@@ -149,10 +149,15 @@ def attention(res: dict, device: str = "cpu") -> str:
 
 
 def sampling(res: dict, device: str = "cpu") -> str:
+    s = res[f"sampling-{device}"]
+    keywords = [[f"`{r['set']}`", n(r["batch"]), n(r["tokens_per_sec"]), n(r["keywords_tokens_per_sec"]),
+                 f"{r['ratio']:.2f}×"] for r in s.get("keyword_rows", [])]
     return block(res, f"sampling-{device}", ["model", "batch", "new tokens", "no cache, tokens/s", "KV cache, tokens/s",
                                              "ratio"],
                  [[f"`{r['model']}`", n(r["batch"]), n(r["new_tokens"]), n(r["no_cache_tokens_per_sec"]),
-                   n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in res[f"sampling-{device}"]["rows"]])
+                   n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]],
+                 *([f"With `keywords=[{','.join(s['keywords'])}]` (`tiny`, KV cache, alternated):",
+                    table(["set", "batch", "tokens/s", "+ keywords, tokens/s", "ratio"], keywords)] if keywords else []))
 
 
 def mfu(res: dict, device: str = "cpu") -> str:
@@ -180,7 +185,8 @@ def evaluation(res: dict) -> str:
         f"{e['settings']['num_samples']} poems per sample set, {e['settings']['reference']} held-out human poems "
         f"(`reference`); {val or 'no validation pass'}; {n(sum(e['seconds'].values()))} s in all.",
         machine_line("evaluate-default-cpu", e.get("machine", f"device {e['device']}")),
-        fenced(format_table(e["rows"])), *filter(None, [free_samples(e)])])
+        fenced(format_table(e["rows"])), *filter(None, [free_samples(e)]),
+        *([f"Where keywords stand:\n\n{fenced(format_placement(e['keywords']['placement']))}"] if "keywords" in e else [])])
 
 
 def free_samples(e: dict, k: int = 5) -> str:

@@ -20,7 +20,7 @@ SMALL = {
     "python benchmarks/ddp_step.py": ["--batch", "2", "--steps", "1", "--warmup", "0", "--rounds", "1"],
     "python benchmarks/attention.py": ["--seq-lens", "16", "--dropouts", "0", "0.1", "--repeats", "1", "--no-memory",
                                        "--models", "tiny"],
-    "python benchmarks/sampling.py": ["--models", "tiny", "--batches", "1", "--repeats", "1"],
+    "python benchmarks/sampling.py": ["--models", "tiny", "--batches", "1", "--repeats", "1", "--keyword-batches", "1"],
     "python benchmarks/ablation.py": ["--batch", "2", "--rounds", "1"],
     "python benchmarks/tokenizers.py": ["--minutes", "0", "--encodings"],
     "python benchmarks/mfu.py": ["--model", "tiny", "--device", "cpu", "--batch", "2", "--steps", "2", "--warmup", "1"],
