@@ -70,6 +70,8 @@ def evaluate(cfg: DictConfig) -> dict:
                          cfg.ablate_mode, cfg.data.corpus_path)
     gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
     requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
+    print(f"evaluate: {opts.num_samples} poems for each of {len(requests)} sample sets, then their figures and "
+          f"{'val/bpc' if cfg.val_bpc else 'no validation'}: minutes on a CPU …", file=sys.stderr, flush=True)
 
     corpora = PoetryDataModule.corpora_options(engine.corpora, Path(cfg.data.corpus_path).parent)
     samples, plans, rows, seconds, keywords = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference,
