@@ -76,18 +76,36 @@ def test_keywords_the_same_with_and_without_the_cache_and_on_every_cpu_backend(l
 
 
 def test_the_model_chooses_the_place_until_the_poem_runs_out_of_room(lit):
-    """At the poem's start nothing is masked; with one line left for a five-character keyword,
-    only its first character may come."""
+    """At the poem's start nothing is masked; with one odd line left for a five-character
+    keyword (an even line's last character is the model's rhyme), only its first character may come."""
     tok = lit.engine.tokenizer
     poem = PoemConstraint(tok, "wujue", script="traditional")
     keywords = KeywordConstraint(tok, [("白日依山盡",)], poem)
     assert keywords.placeable(_Row(), ["白日依山盡"])
-    late = _Row(line=3, pos=0, n_chars=5)
-    assert keywords.placeable(late, ["白日依山盡"]) and not keywords.placeable(_Row(line=3, pos=1), ["白日依山盡"])
-    krow = _KeywordRow(("白日依山盡",))
-    assert keywords._form_mask(krow, _Row(line=1, pos=0)) is None  # two lines of room: the model chooses
-    mask = keywords._form_mask(krow, _Row(line=3, pos=0))
+    assert keywords.placeable(_Row(line=2, pos=0, n_chars=5), ["白日依山盡"])
+    assert not keywords.placeable(_Row(line=2, pos=1, n_chars=5), ["白日依山盡"])  # line 4 ends in the rhyme
+    krow = _KeywordRow(("白日依山盡",), 1)
+    assert keywords._form_mask(krow, _Row(line=1, pos=0)) is None  # room left: the model chooses
+    mask = keywords._form_mask(krow, _Row(line=2, pos=0))
     assert mask.nonzero().flatten().tolist() == [tok.stoi["白"]]
+
+
+def test_keywords_leave_the_rhyme_to_the_model_and_take_a_section_each(lit):
+    """Without rhyme=true no keyword starts where it would take an even line's last character;
+    two keywords in a wulv: the first by the end of line 4, the second by the end of line 8."""
+    tok = lit.engine.tokenizer
+    keywords = KeywordConstraint(tok, [tuple(KEYWORDS)], PoemConstraint(tok, "wulv", script="traditional"))
+    krow = _KeywordRow(tuple(KEYWORDS), 2)
+    keywords._form_mask(krow, _Row(line=1, pos=2, n_chars=5))
+    assert krow.starts == tuple(KEYWORDS)
+    keywords._form_mask(krow, _Row(line=1, pos=3, n_chars=5))
+    assert krow.starts == ()  # 明月 or 故鄉 there would end line 2
+    keywords._form_mask(krow, _Row(line=2, pos=3, n_chars=5))
+    assert krow.starts == tuple(KEYWORDS)  # an odd line may end with one
+    mask = keywords._form_mask(krow, _Row(line=3, pos=2, n_chars=5))  # the last place in section 1
+    assert sorted(mask.nonzero().flatten().tolist()) == sorted(tok.stoi[w[0]] for w in KEYWORDS)
+    out = poems(lit, 40, keywords=KEYWORDS, form="wulv", seed=2)
+    assert all(min(i for i, line in enumerate(split_lines(p)) if any(w in line for w in KEYWORDS)) < 4 for p in out)
 
 
 @pytest.mark.parametrize("opts, match", [
@@ -173,3 +191,16 @@ def test_evaluation_keyword_sets(lit, tmp_path):
                            keywords={"wujue+meter+keywords": {"keywords": words, "sources": sources}})
     assert rows["wujue+meter+keywords"]["keywords"] == 1 and rows["human (held-out)"]["keywords"] is None
     assert all(form_of(p) == "wujue" for p in out)
+
+
+def test_free_poems_of_a_plan_model_hold_their_keywords():
+    """A model with plan tokens: each free poem's keywords are placed as in the form its plan
+    names while the poem keeps that form (an untrained model soon leaves it), then as free."""
+    from data.verse.plan import plan_labels
+
+    torch.manual_seed(0)
+    tok = CharTokenizer.from_texts(POEMS, plan_labels())
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    plan = LitGPT(model, OPTIM, tok.state_dict(), script="traditional").eval()
+    out = poems(plan, 30, keywords=KEYWORDS)
+    assert all(holds(p, KEYWORDS) for p in out)

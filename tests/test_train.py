@@ -418,6 +418,22 @@ def test_evaluate_script_on_the_trained_checkpoint(trained, capsys):
     evaluate_script.main.__wrapped__(ecfg)  # the printed table
     out = capsys.readouterr().out
     assert "human (held-out)" in out and "wulv+meter" in out and f"val/bpc {metrics['val/bpc']:.4f}" in out
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        kcfg = compose("evaluate", overrides=[*ecfg_overrides(cfg, tmp_path), "sets=[keywords]", "forms=[]",
+                                              "val_bpc=false"])
+    evaluate_script.main.__wrapped__(kcfg)  # keywords of held-out poems, forced; where they stand
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "logs" / "evaluate" / "test" / "evaluate.json").read_text())
+    words = saved["keywords"]["keywords"]["keywords"]
+    assert saved["rows"]["keywords"]["keywords"] == 1 and len(words) == 4
+    assert all(w in poem for poem, ws in zip(saved["poems"]["keywords"], words) for w in ws)
+    assert "where the keywords stand" in out and "keywords (held-out)" in out
+
+
+def ecfg_overrides(cfg, tmp_path) -> list[str]:
+    return [f"paths.checkpoint_dir={tmp_path / 'checkpoints'}", f"paths.log_dir={tmp_path / 'logs'}",
+            f"data.corpus_path={cfg.data.corpus_path}", f"data.cache_dir={cfg.data.cache_dir}",
+            "num_samples=4", "reference=12", "max_new_tokens=60"]
 
 
 class BudgetProbe(L.Callback):

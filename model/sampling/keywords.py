@@ -16,9 +16,17 @@ every row, the keywords still to write and the rule that decides each step:
   shares, and not repeat a rhyme) and, with `meter`, one tone pattern for the whole poem.
   This is an exact search (`_placeable`: over the positions left, memoised), so a keyword
   is forced only when the poem would otherwise run out of room, and the model picks every
-  other place;
+  other place. Two rules shape the room: without `rhyme`, an even line's last character is
+  left to the model (which rhymes by itself; a keyword there would break it), and with k
+  keywords the lines left are cut into k sections, the i-th keyword due by the end of the
+  i-th (one keyword to each part of the poem, as the planning-based systems give each line
+  its keyword);
+- **free poems whose plan names a form** (a model with plan tokens draws one first): placed
+  as in that form, with the same two rules (the masks do not force the form); from the first
+  character that leaves the form, as other free poems:
 - **without a form** (free poems) a keyword may start where it fits in the line (the first
-  line's length, at most 7), and the poem cannot end before every keyword
+  line's length, 5 to 7) before the line's last character, which stays the model's (its
+  rhyme), and the poem cannot end before every keyword
   is written; once the model would have ended it (`<eos>` its likeliest token), or when the
   tokens left (`max_new_tokens`) just hold the keywords' lines, each further line must take a
   keyword where it still fits by the line's end (a line already too long for one closes).
@@ -36,7 +44,8 @@ import torch
 
 from data.tokenizer import CharTokenizer
 from data.verse.meter import LEVEL
-from data.verse.poetry import LINE_END, is_hanzi
+from data.verse.plan import plan_ids
+from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from model.sampling.constraints import FREE_LENGTHS, PoemConstraint, _Row
 
 MAX_FREE_LINE = max(FREE_LENGTHS)
@@ -73,12 +82,15 @@ class _KeywordRow:
     """A row's keywords: still to write; being written (the candidates sharing the `written`
     characters so far); may start at the next position (decided when its mask was made)."""
     pending: tuple[str, ...]
+    total: int = 0  # the row's keywords, written or not
     open: tuple[str, ...] = ()
     written: int = 0
     starts: tuple[str, ...] = ()
     line_text: str = ""  # the current line's characters
     first_len: int | None = None  # free poems: the first line's length
     overtime: bool = False  # free poems: the model would have ended the poem
+    planned: KeywordConstraint | None = None  # free poems: the placement of the form its plan names
+    shape: _Row | None = None  # free poems: where the poem is in that form, while it keeps it
 
 
 class KeywordConstraint:
@@ -96,12 +108,21 @@ class KeywordConstraint:
                  poem: PoemConstraint | None = None, prompt: str = "", max_new_tokens: int = 10**9):
         self.tok, self.poem, self.prompt, self.max_new_tokens = tokenizer, poem, prompt, max_new_tokens
         self.start: int | None = None  # the length of the sequence at the first step
+        self.first_line = 0  # the first line the prompt leaves to write (keyword sections start there)
+        if poem is not None:
+            after = _Row()
+            for c in prompt:
+                poem._advance(after, c)
+            self.first_line = after.line
         self.keywords = [tuple(k for k in row if k not in prompt) for row in keywords]
         self.rows: list[_KeywordRow] = []
         self.consumed = 0
         self._memo: dict[tuple, bool] = {}  # _placeable's answers
         self._masks: dict[tuple, tuple[torch.Tensor | None, tuple[str, ...]]] = {}  # _form_mask's, by state
         self._chars: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {}
+        self._forms: dict[str, KeywordConstraint] = {}  # free poems: placement per planned form
+        ids = plan_ids(tokenizer)
+        self._plan_forms = {i: form for form, i in ids.forms.items()} if ids else {}
         self._all = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
         self._no_eos = self._all.clone()
         self._no_eos[tokenizer.eos_id] = False
@@ -124,7 +145,8 @@ class KeywordConstraint:
     def _fits(self, word: str, line: int, start: int, n: int, pattern: str | None, groups: frozenset[str],
               used: frozenset[str]) -> tuple[frozenset[str], frozenset[str]] | None:
         """(rhyme groups, rhymes used) after writing `word` from (line, start) under `pattern`, or
-        None if a character breaks the acrostic, the pattern's tone or a rhyme slot."""
+        None if a character breaks the acrostic, the pattern's tone or a rhyme slot (without
+        `rhyme`, an even line's last character is left to the model, which rhymes by itself)."""
         poem = self.poem
         for j, c in enumerate(word):
             pos = start + j
@@ -132,6 +154,8 @@ class KeywordConstraint:
                 return None
             if pattern is not None and poem.patterns[pattern][line][pos] not in poem.tones.get(c, ()):
                 return None
+            if not poem.rhyme and line % 2 == 1 and pos == n - 1:
+                return None  # an even line's last character: the model's own rhyme
             if self._rhyme_slot(line, pos, n, pattern):
                 groups = groups & poem.groups.get(c, frozenset())
                 if c in used or not groups:
@@ -140,24 +164,33 @@ class KeywordConstraint:
         return groups, used
 
     def _placeable(self, n: int, pattern: str | None, line: int, pos: int, words: frozenset[str],
-                   groups: frozenset[str], used: frozenset[str]) -> bool:
+                   groups: frozenset[str], used: frozenset[str], total: int) -> bool:
         """Whether `words` can all be written, whole and apart, in the lines from (line, pos) on,
-        under one tone pattern (None without meter), rhyming in `groups` without repeating `used`."""
+        under one tone pattern (None without meter), rhyming in `groups` without repeating `used`,
+        each of the row's `total` keywords by the end of its section (`_behind`)."""
         if not words:
             return True
         if pos + min(map(len, words)) > n:
             line, pos = line + 1, 0
         room = (n - pos) + (self.poem.n_lines - line - 1) * n
-        if line >= self.poem.n_lines or sum(map(len, words)) > room:
+        if line >= self.poem.n_lines or sum(map(len, words)) > room or (pos == 0 and self._behind(line, words, total)):
             return False
-        key = (n, pattern, line, pos, words, groups, used)
+        key = (n, pattern, line, pos, words, groups, used, total)
         if key not in self._memo:
             self._memo[key] = any(
                 (after := self._fits(w, line, pos, n, pattern, groups, used)) is not None
-                and self._placeable(n, pattern, line, pos + len(w), words - {w}, *after)
+                and self._placeable(n, pattern, line, pos + len(w), words - {w}, *after, total)
                 for w in words if pos + len(w) <= n
-            ) or self._placeable(n, pattern, line, pos + 1, words, groups, used)
+            ) or self._placeable(n, pattern, line, pos + 1, words, groups, used, total)
         return self._memo[key]
+
+    def _behind(self, line: int, words: frozenset[str], total: int) -> bool:
+        """Whether a row starting `line` with `words` of its `total` keywords unwritten is behind:
+        the lines after the prompt are cut into `total` sections, and the k-th keyword is written
+        by the end of the k-th (one keyword per part of the poem, as planning-based systems give
+        each line its keyword)."""
+        first, n_lines = self.first_line, self.poem.n_lines
+        return line > first and total - len(words) < (line - first) * total // (n_lines - first)
 
     def _state(self, row: _Row) -> tuple[int, frozenset[str], frozenset[str], frozenset[str]]:
         """(line length, the row's tone patterns, rhyme groups, rhymes used) for the search."""
@@ -166,11 +199,12 @@ class KeywordConstraint:
         groups = row.groups if row.groups is not None else frozenset(poem.open_groups)
         return self._n_chars(row), patterns, groups, frozenset(row.rhymes)
 
-    def placeable(self, row: _Row, words: Iterable[str]) -> bool:
-        """Whether `words` can all still be written in a poem at PoemConstraint row `row`."""
+    def placeable(self, row: _Row, words: Iterable[str], total: int | None = None) -> bool:
+        """Whether `words` (of a row's `total` keywords, default all) can all still be written in a
+        poem at PoemConstraint row `row`."""
         n, patterns, groups, used = self._state(row)
         words = frozenset(words)
-        return any(self._placeable(n, p, row.line, row.pos, words, groups, used) for p in patterns)
+        return any(self._placeable(n, p, row.line, row.pos, words, groups, used, total or len(words)) for p in patterns)
 
     # --- the masks -----------------------------------------------------------------------------
 
@@ -181,7 +215,7 @@ class KeywordConstraint:
         chars, rhymes = self._keyword_chars(krow.pending)
         if not row.plan_left and not any(self._rhyme_slot(row.line, row.pos, n, p) for p in patterns):
             groups = groups & rhymes  # the same answers: only keyword characters' groups are ever looked up
-        state = (row.line, row.pos, row.plan_left, row.ended, n, patterns, groups, used & chars, krow.pending)
+        state = (row.line, row.pos, row.plan_left, row.ended, n, patterns, groups, used & chars, krow.pending, krow.total)
         if state not in self._masks:
             self._masks[state] = self._mask_of(krow, row, *state[4:8])
         mask, krow.starts = self._masks[state]
@@ -197,21 +231,21 @@ class KeywordConstraint:
     def _mask_of(self, krow: _KeywordRow, row: _Row, n: int, patterns: frozenset, groups: frozenset[str],
                  used: frozenset[str]) -> tuple[torch.Tensor | None, tuple[str, ...]]:
         """(`_form_mask`'s mask, the keywords that may start here) for a row in this state."""
-        poem, words = self.poem, frozenset(krow.pending)
+        poem, words, total = self.poem, frozenset(krow.pending), krow.total
         if row.plan_left:  # a plan's rhyme token fixes the group: only groups the keywords can rhyme in
             allowed = self._all.clone()
             for g, i in (poem.plan.rhymes.items() if poem.rhyme else ()):
-                allowed[i] = g in groups and any(self._placeable(n, p, 0, 0, words, frozenset({g}), used)
+                allowed[i] = g in groups and any(self._placeable(n, p, 0, 0, words, frozenset({g}), used, total)
                                                  for p in patterns)
             return allowed, ()
         if row.ended or row.pos >= n:
             return None, ()
         starts = tuple(w for w in krow.pending if row.pos + len(w) <= n and any(
             (after := self._fits(w, row.line, row.pos, n, p, groups, used)) is not None
-            and self._placeable(n, p, row.line, row.pos + len(w), words - {w}, *after) for p in patterns))
+            and self._placeable(n, p, row.line, row.pos + len(w), words - {w}, *after, total) for p in patterns))
         fillers, all_ok = [], True  # the characters that may stand here without starting a keyword
         for mask, kept, gs in self._filler_classes(row, n, patterns, groups, krow.pending):
-            if any(self._placeable(n, p, row.line, row.pos + 1, words, gs, used) for p in kept):
+            if any(self._placeable(n, p, row.line, row.pos + 1, words, gs, used, total) for p in kept):
                 fillers.append(mask)
             else:
                 all_ok = False
@@ -244,13 +278,15 @@ class KeywordConstraint:
         """Free poems: the row's allowed tokens (module docstring; shared tensors: do not modify);
         last: the row's last token; eos_best: `<eos>` is the model's likeliest next token; left:
         tokens still to draw."""
-        pos, limit = len(krow.line_text), min(krow.first_len or MAX_FREE_LINE, MAX_FREE_LINE)
-        krow.starts = starts = tuple(w for w in krow.pending if pos + len(w) <= limit)
+        pos = len(krow.line_text)
+        limit = min(max(krow.first_len or MAX_FREE_LINE, min(FREE_LENGTHS)), MAX_FREE_LINE)  # the line length
+        end = {w: limit - 1 if len(w) < limit else len(w) for w in krow.pending}  # the last character is the model's
+        krow.starts = starts = tuple(w for w in krow.pending if pos + len(w) <= end[w])
         if eos_best and self.tok.itos[last] in LINE_END[1:]:
             krow.overtime = True  # the model would have ended the poem here
         if left <= (len(krow.pending) + 1) * (MAX_FREE_LINE + 1) + 1:
             krow.overtime = True  # just enough tokens left for a line per keyword
-        if krow.overtime and any(pos + len(w) >= limit for w in starts):
+        if krow.overtime and any(pos + len(w) >= end[w] for w in starts):
             return self._only(w[0] for w in starts)  # the last place in this line where one fits: it starts
         if krow.overtime and starts:
             return self._no_mark  # no line closes before its keyword
@@ -269,11 +305,14 @@ class KeywordConstraint:
         if self.start is None:
             self.start = idx.size(1)
         if not self.rows:
-            self.rows = [_KeywordRow(k) for k in (self.keywords * idx.size(0) if len(self.keywords) == 1
+            self.rows = [_KeywordRow(k, len(k)) for k in (self.keywords * idx.size(0) if len(self.keywords) == 1
                                                   else self.keywords)]
         for krow, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
             for i in ids:
-                if i not in (self.tok.bos_id, self.tok.eos_id) and not self.tok.is_plan(i):
+                if i in self._plan_forms and self.poem is None:  # a free poem's plan names its form
+                    krow.planned = self._planned(self._plan_forms[i])
+                    krow.shape = _Row() if krow.planned else None
+                elif i not in (self.tok.bos_id, self.tok.eos_id) and not self.tok.is_plan(i):
                     self._advance(krow, self.tok.itos[i])
         self.consumed = idx.size(1)
         masks, last, eos_best = {}, idx[:, -1].tolist(), None
@@ -282,6 +321,9 @@ class KeywordConstraint:
                 masks[b] = self._only(w[krow.written] for w in krow.open)
             elif krow.pending and self.poem is not None:
                 masks[b] = self._form_mask(krow, self.poem.rows[b])
+            elif krow.pending and krow.shape is not None:  # free, to its plan's form: placed as in that form
+                mask = krow.planned._form_mask(krow, krow.shape)
+                masks[b] = self._no_eos if mask is None else mask & self._no_eos
             elif krow.pending:
                 if eos_best is None:
                     eos_best = (logits.argmax(dim=-1) == self.tok.eos_id).tolist()  # (B,)
@@ -295,8 +337,20 @@ class KeywordConstraint:
         logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
         return logits
 
+    def _planned(self, form: str) -> KeywordConstraint | None:
+        """The keyword placement of a poem of `form` without other controls (for a free poem whose
+        plan token names the form; None for `<其他>`), one per form."""
+        if form not in FORMS:
+            return None
+        if form not in self._forms:
+            self._forms[form] = KeywordConstraint(self.tok, [], PoemConstraint(self.tok, form), self.prompt)
+        return self._forms[form]
+
     def _advance(self, krow: _KeywordRow, c: str) -> None:
-        """Move the row past character c (drawn or given)."""
+        """Move the row past character c (drawn or given); a free poem leaves its plan's form (and
+        is placed as free) at the first character that breaks it."""
+        if krow.shape is not None and (krow.planned.poem._advance(krow.shape, c) or krow.shape.ended):
+            krow.shape = None
         if not is_hanzi(c):
             krow.first_len = krow.first_len or len(krow.line_text) or None
             krow.line_text, krow.open, krow.starts = "", (), ()
