@@ -154,6 +154,12 @@ def test_bad_input_shows_sample_pys_message_and_the_next_poem_comes(page, studio
     assert errors == []
 
 
+def test_keywords_typed_in_their_field_stand_in_the_poem(page, studio):
+    page, _, errors = page
+    run = write(page, prompt="", form="wujue", acrostic="", keywords="明月，白日")
+    assert "明月" in run["poem"] and "白日" in run["poem"] and errors == []
+
+
 def test_a_head_switched_off_on_its_card_writes_the_next_poem_without_it(page, studio):
     page, _, errors = page
     _, ckpt = studio
