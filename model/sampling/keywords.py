@@ -23,16 +23,16 @@ every row, the keywords still to write and the rule that decides each step:
   its keyword);
 - **free poems whose plan names a form** (a model with plan tokens draws one first): placed
   as in that form, with the same two rules (the masks do not force the form); from the first
-  character that leaves the form, as other free poems:
-- **without a form** (free poems) a keyword may start where it fits in the line (the first
-  line's length, 5 to 7) before the line's last character, which stays the model's (its
-  rhyme), and the poem cannot end before every keyword
-  is written; once the model would have ended it (`<eos>` its likeliest token), or when the
-  tokens left (`max_new_tokens`) just hold the keywords' lines, each further line must take a
-  keyword where it still fits by the line's end (a line already too long for one closes).
+  character that leaves the form, as other free poems (below);
+- **other free poems**: a keyword may start where it fits in the line (the first line's
+  length, 5 to 7) before the line's last character, which stays the model's (its rhyme),
+  and the poem cannot end before every keyword is written; once the model would have ended
+  it (`<eos>` its likeliest token), or when the tokens left (`max_new_tokens`) just hold the
+  keywords' lines, each further line must take a keyword where it still fits by the line's
+  end (a line already too long for one closes).
 
-A keyword already in the prompt counts as written. Which rows got which keywords, and how
-the requested ones are cleaned and checked before sampling: `clean_keywords`, `check_keywords`.
+A keyword already in the prompt counts as written. How the requested ones are cleaned and
+checked before sampling: `clean_keywords`, `keyword_rows`, `KeywordConstraint.check`.
 """
 from __future__ import annotations
 
