@@ -165,7 +165,7 @@ def placement_rows(samples: dict[str, list[str]], keywords: dict[str, dict], ref
     rows = {}
     for name, drawn in keywords.items():
         rows[name] = keyword_placement(samples[name], drawn["keywords"])
-        rows[f"{name} ({REFERENCE.split()[-1][1:-1]})"] = keyword_placement(
+        rows[f"{name} (held-out)"] = keyword_placement(
             [reference[i] for i in drawn["sources"]], drawn["keywords"])
     return rows
 

@@ -108,12 +108,10 @@ class KeywordConstraint:
                  poem: PoemConstraint | None = None, prompt: str = "", max_new_tokens: int = 10**9):
         self.tok, self.poem, self.prompt, self.max_new_tokens = tokenizer, poem, prompt, max_new_tokens
         self.start: int | None = None  # the length of the sequence at the first step
-        self.first_line = 0  # the first line the prompt leaves to write (keyword sections start there)
-        if poem is not None:
-            after = _Row()
-            for c in prompt:
-                poem._advance(after, c)
-            self.first_line = after.line
+        self.after_prompt = _Row()  # where the prompt leaves a poem (with a form or acrostic)
+        for c in prompt if poem is not None else "":
+            poem._advance(self.after_prompt, c)
+        self.first_line = self.after_prompt.line  # keyword sections start at the first line left to write
         self.keywords = [tuple(k for k in row if k not in prompt) for row in keywords]
         self.rows: list[_KeywordRow] = []
         self.consumed = 0
@@ -383,9 +381,7 @@ class KeywordConstraint:
                 raise ValueError(f"the keyword {long[0]} has {len(long[0])} characters, more than a line holds "
                                  f"({MAX_FREE_LINE} without form=)")
             return
-        poem, start = self.poem, _Row()
-        for c in self.prompt:
-            poem._advance(start, c)
+        poem = self.poem
         n = poem.n_chars or min(FREE_LENGTHS)
         what = f"a {poem.form}" if poem.form else f"an acrostic of {n}-character lines (form= gives 7)"
         if long := [w for w in keywords if len(w) > n]:
@@ -404,6 +400,6 @@ class KeywordConstraint:
                 tones = "".join("/".join(sorted(poem.tones.get(c, ()))) or "?" for c in w)
                 raise ValueError(f"the keyword {w} ({tones}) fits no position of the {poem.form}'s tone patterns "
                                  "(meter=true)")
-        if not self.placeable(start, keywords):
+        if not self.placeable(self.after_prompt, keywords):
             raise ValueError(f"the keywords {'、'.join(keywords)} cannot all be placed in {what} with these "
                              "controls (rhyme slots, tones, acrostic, prompt)")
