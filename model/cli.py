@@ -49,21 +49,22 @@ def quote_non_ascii_value(value: str) -> str:
 
 
 ONE_STRING = ("keywords",)
-"""Options whose unbracketed value is one string even with commas (`keywords=明月,故乡`: the
-sampler splits it), not a sweep."""
+"""Options whose value is one string even with commas or brackets (`keywords=明月,故乡`,
+`keywords=[明月,,故乡]`: the sampler splits it and drops empty entries), never a sweep."""
 
 
 def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
     """`quote_non_ascii_value` on every `key=value` argument with non-ASCII characters, so that
     `prompt=床前明月光`, `probe_lines=[床前明月光，疑是地上霜。,白日依山尽，黄河入海流。]` and the
     sweep `-m prompt=床前明月光,白日依山尽` work: Hydra's override grammar accepts Chinese only
-    inside quotes; a ONE_STRING option without brackets is quoted whole. All other arguments
+    inside quotes; a ONE_STRING option is quoted whole. All other arguments
     are returned unchanged."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        if eq and key.lstrip("+~") in ONE_STRING and value[:1] not in "['\"":
-            value = _quote(value) if not value.isascii() else value
+        if eq and key.lstrip("+~") in ONE_STRING and value[:1] not in "'\"":
+            out.append(f"{key}='{value.strip('[]')}'")  # a keyword holds no quote (not a character of a line)
+            continue
         out.append(f"{key}={quote_non_ascii_value(value)}" if eq and not value.isascii() else arg)
     return out
 

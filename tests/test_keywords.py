@@ -152,7 +152,7 @@ def test_keywords_are_cleaned_and_parsed():
     with pytest.raises(ValueError, match="one list for each of the 3 poems"):
         keyword_rows([["明月"], ["故鄉"]], 3)
     assert quote_non_ascii_overrides(["keywords=明月,故乡"]) == ["keywords='明月,故乡'"]
-    assert quote_non_ascii_overrides(["keywords=[明月,故乡]"]) == ["keywords=['明月','故乡']"]
+    assert quote_non_ascii_overrides(["keywords=[明月,,故乡]"]) == ["keywords='明月,,故乡'"]
 
 
 def test_keywords_per_poem(lit):
@@ -204,3 +204,13 @@ def test_free_poems_of_a_plan_model_hold_their_keywords():
     plan = LitGPT(model, OPTIM, tok.state_dict(), script="traditional").eval()
     out = poems(plan, 30, keywords=KEYWORDS)
     assert all(holds(p, KEYWORDS) for p in out)
+
+
+def test_the_refusal_names_the_rules_in_force_only(lit):
+    with pytest.raises(ValueError) as err:
+        poems(lit, 1, keywords=["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓"], form="wujue")
+    assert str(err.value) == ("the keywords 白日依山盡、黃河入海流、欲窮千里目、更上一層樓 cannot all be placed in a wujue "
+                              "with each even line's last character left to the model's own rhyme, "
+                              "one keyword to each part of the poem")
+    lines = ["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓"]  # with rhyme=true 流 and 樓 may end lines 2 and 4
+    assert all(holds(p, lines) for p in poems(lit, 2, keywords=lines, form="wujue", rhyme=True))

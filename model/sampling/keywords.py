@@ -1,7 +1,8 @@
 """Keywords every sampled poem contains (`keywords=[明月,故乡]`): a logits processor that
 guarantees them and lets the model choose where they go.
 
-A keyword is a run of characters that stands whole, in its order, inside one line. The
+A keyword is a run of characters that stands whole, in its order, inside one line (keywords in any
+order). The
 processor (`KeywordConstraint`, after `PoemConstraint` in the engine's processors) keeps, for
 every row, the keywords still to write and the rule that decides each step:
 
@@ -18,8 +19,8 @@ every row, the keywords still to write and the rule that decides each step:
   is forced only when the poem would otherwise run out of room, and the model picks every
   other place. Two rules shape the room: without `rhyme`, an even line's last character is
   left to the model (which rhymes by itself; a keyword there would break it), and with k
-  keywords the lines left are cut into k sections, the i-th keyword due by the end of the
-  i-th (one keyword to each part of the poem, as the planning-based systems give each line
+  keywords the lines left are cut into k sections, one more keyword (any) due by the end of
+  each (one keyword to each part of the poem, as the planning-based systems give each line
   its keyword);
 - **free poems whose plan names a form** (a model with plan tokens draws one first): placed
   as in that form, with the same two rules (the masks do not force the form); from the first
@@ -401,5 +402,11 @@ class KeywordConstraint:
                 raise ValueError(f"the keyword {w} ({tones}) fits no position of the {poem.form}'s tone patterns "
                                  "(meter=true)")
         if not self.placeable(self.after_prompt, keywords):
-            raise ValueError(f"the keywords {'、'.join(keywords)} cannot all be placed in {what} with these "
-                             "controls (rhyme slots, tones, acrostic, prompt)")
+            rules = ["a rhyme in one group at each even line's end" if poem.rhyme else
+                     "each even line's last character left to the model's own rhyme",
+                     *(["the tone patterns"] * poem.meter), *(["the acrostic"] * bool(poem.acrostic)),
+                     *(["the prompt"] * bool(self.prompt)),
+                     *(["one keyword to each part of the poem"] * (len(keywords) > 1))]
+            said = (f"the keywords {'、'.join(keywords)} cannot all" if len(keywords) > 1
+                    else f"the keyword {keywords[0]} cannot")
+            raise ValueError(f"{said} be placed in {what} with {', '.join(rules)}")
