@@ -36,6 +36,7 @@ from model.inspection.evaluation import (
 )
 from model.inspection.poem_metrics import format_placement, format_table
 from model.loading import load_engine
+from model.sampling.conditions import has_conditions
 from model.sampling.decoding import check_sampling_args
 from model.sampling.poems import SamplingOptions
 from model.training.validation import validation_metrics
@@ -69,7 +70,7 @@ def evaluate(cfg: DictConfig) -> dict:
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, cfg.data.corpus_path)
     gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
-    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine))
+    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine), has_conditions(engine))
     print(f"evaluate: {opts.num_samples} poems for each of {len(requests)} sample sets, then their figures and "
           f"{'val/bpc' if cfg.val_bpc else 'no validation'}: minutes on a CPU …", file=sys.stderr, flush=True)
 
@@ -82,7 +83,8 @@ def evaluate(cfg: DictConfig) -> dict:
         tok_state = engine.tokenizer.state_dict()
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
-                                             tokenizer=tokenizer, plan_tokens=is_plan_model(engine), **corpora)
+                                             tokenizer=tokenizer, plan_tokens=is_plan_model(engine), **corpora,
+                                             conditions=(engine.conditions or {}).get("shares"))
         val = validation_metrics(engine, datamodule)
         seconds["validation"] = time.perf_counter() - start
 

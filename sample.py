@@ -1,11 +1,13 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
 Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, acrostic, keywords,
-rhyme, meter, control, num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+keywords_forced, title, poet (`poets=list` lists the model's poets), rhyme, meter, control,
+num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
 seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
 format. The same seed and options give the same poems. A model trained with plan tokens draws
 each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
-(`plan`: form and rhyme group, null for none).
+(`plan`: form and rhyme group, null for none), and the title, poet and keyword hints it was
+written to (`conditions`).
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.tokenizer import StreamDecoder
+from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
-from model.sampling.poems import SamplingOptions, read_plans, stream_poems
+from model.sampling.conditions import known_poets
+from model.sampling.poems import SamplingOptions, poem_text, read_plans, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -50,31 +54,46 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, corpus)
     tok = engine.tokenizer
+    if cfg.poets == "list":
+        return list_poets(engine, out)
     start, steps = stream_poems(engine, opts)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
+    ids = plan_ids(tok)
     if live:
-        print(break_couplets(stream.feed(start[0].tolist())), end="", file=out, flush=True)
+        shown = ids.body(start[0].tolist()) if ids else start[0].tolist()  # not the condition segment
+        print(break_couplets(stream.feed(shown)), end="", file=out, flush=True)
     tokens = [start]
     for nxt in steps:
         tokens.append(nxt)
         if live:
             print(break_couplets(stream.feed(nxt[0].tolist())), end="", file=out, flush=True)
     rows = torch.cat(tokens, dim=1)  # (B, T)
-    poems = [tok.decode(row.tolist()) for row in rows]
+    poems = [poem_text(tok, row) for row in rows]
     plans = read_plans(tok, rows)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
-            plan = {} if plans is None else {"plan": plans[i]}
+            plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
             print(json.dumps({"poem": poem, "index": i, **plan, **settings}, ensure_ascii=False), file=out)
         elif not live:
             print(as_lines(poem), end="\n\n", file=out)
     if live:
         print(stream.flush() + ("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n"), file=out)
     return poems
+
+
+def list_poets(engine, out) -> list[str]:
+    """Print the poets a model was trained with (`poet=`), one per line with its training poems;
+    returns their names. raises ValueError for a model without them."""
+    poets = known_poets(engine)
+    if not poets:
+        raise ValueError("this model was trained without poets (data.conditions): it has none to list")
+    for name, n in poets.items():
+        print(f"{name}\t{n}", file=out)
+    return list(poets)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sample")

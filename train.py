@@ -99,6 +99,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
     model.corpora = datamodule.corpora_record()  # and which corpora, so evaluate.py rebuilds the same data
+    model.conditions = datamodule.conditions_record()  # the condition shares and the poets it knows
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
         load_weights(model, saved["state_dict"], ckpt_path)
     if cfg.compile:

@@ -5,6 +5,7 @@
     python benchmarks/fixed_time.py --quick --variant base= --variant wd0=model.optim.weight_decay=0
     python benchmarks/fixed_time.py --check-reference  # the reference against nanoGPT's figures
     python benchmarks/fixed_time.py --overhead 300     # Lightning's cost per step against a bare loop
+    python benchmarks/fixed_time.py --keep-reference   # the default only; the reference rows kept from the JSON
 
 (a) **The reference**: a plain PyTorch loop, as nanoGPT's `train.py` is (no Lightning), with
 nanoGPT's README CPU configuration: its model (learned positions, tied head, GELU MLP,
@@ -69,11 +70,12 @@ NANOGPT_FIGURES = {3750: 5.168, 7500: 4.864}
 PROTOCOLS = ("poems", "blocks")
 
 
-def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False) -> PoetryDataModule:
+def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False,
+               conditions: dict | None = None) -> PoetryDataModule:
     """The default data (simplified script, characters), prepared, with the given validation windows
-    (and plan tokens, for a model trained with them)."""
+    (and plan tokens and condition shares, for a model trained with them)."""
     dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows,
-                          plan_tokens=plan_tokens)
+                          plan_tokens=plan_tokens, conditions=conditions)
     dm.prepare_data()
     return dm
 
@@ -85,7 +87,7 @@ def score(engine: Engine, protocols=PROTOCOLS) -> dict:
     out = {}
     for protocol in protocols:
         block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's
-        dm = datamodule(protocol, block, plan_tokens=bool(engine.tokenizer.plan))
+        dm = datamodule(protocol, block, bool(engine.tokenizer.plan), (engine.conditions or {}).get("shares"))
         metrics = validation_metrics(engine, dm)
         out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
     return out
@@ -291,6 +293,8 @@ def main(argv=None) -> None:
     p.add_argument("--variant", action="append", default=None, metavar="NAME=OVERRIDES",
                    help="a default variant: a name and space-separated train.py overrides (repeatable)")
     p.add_argument("--no-reference", action="store_true", help="only the default variants")
+    p.add_argument("--keep-reference", action="store_true", help="train the default only and keep the JSON's "
+                   "reference rows (the reference does not change with the default; its budgets stay those recorded)")
     p.add_argument("--check-reference", nargs="*", type=int, default=None, metavar="ITERS",
                    help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
@@ -322,13 +326,17 @@ def main(argv=None) -> None:
     for name, overrides in variants:
         r = default_run(name, [*args.override, *budget, *overrides.split()], quick=args.quick)
         rows.append((f"default: {name}" if name != "default" else "default", r))
-    if not args.no_reference:
+    if args.keep_reference:
+        kept = json.loads((out_dir / "fixed-time-cpu.json").read_text())
+        rows += [(name, r) for name, r in kept["runs"].items() if name.startswith("nanoGPT")]
+        result["reference_commit"] = kept.get("reference_commit", kept["commit"])
+    elif not args.no_reference:
         wall = rows[0][1]["wall_seconds"]
         for k in (1, 2) if args.quick else (1, 2, 3):
             print(f"reference, {k}× {wall:.0f} s", flush=True)
             rows.append((f"nanoGPT configuration, {k}× the time", nanogpt_reference(seconds=k * wall)))
     result["runs"] = {name: r for name, r in rows}
-    if not args.no_reference:
+    if args.keep_reference or not args.no_reference:
         references = [r for name, r in rows if name.startswith("nanoGPT")]
         for name, r in rows[:-len(references)]:
             for k, ref in enumerate(references, 1):

@@ -34,11 +34,12 @@ PENDING_RUN = ("python benchmarks/fixed_time.py  # the default run, checkpoints/
                "cp logs/evaluate/default/evaluate.json benchmarks/results/evaluate-default-cpu.json\n"
                "cp logs/attention_maps/default/attention_maps.json benchmarks/results/attention-maps-default-cpu.json\n"
                "cp logs/attention_maps/default/layer3.png docs/attention-maps-default-run-layer3.png\n"
+               "python benchmarks/conditions.py  # titles, poets, keyword hints\n"
                "python -m benchmarks.report")
 """How every result that describes the default run is made, from one run."""
 
 
-DESCRIBE_DEFAULT = ("fixed-time-cpu", "evaluate-default-cpu", "attention-maps-default-cpu")
+DESCRIBE_DEFAULT = ("fixed-time-cpu", "evaluate-default-cpu", "attention-maps-default-cpu", "conditions-cpu")
 """The results that describe the default run: fixed-time's records the run's behaviour (`fingerprint`)
 and its checkpoint's `weights_sha`; the others the `weights_sha` of the checkpoint they measured."""
 
@@ -239,9 +240,28 @@ def per_device(show):
     return lambda res: "\n\n".join(show(res, d) for d in ("cpu", "cuda") if f"{show.__name__}-{d}" in res)
 
 
+def conditions(res: dict) -> str:
+    c = res["conditions-cpu"]
+    rel, kw, p = c["relevance"], c["keyword_hints"], c["poet"]
+    rows = [[f"`{k}`", n(r["untitled_bpc"], 4), n(r["titled_bpc"], 4), f"{r['difference']:+.4f}",
+             f"{r['interval_95'][0]:+.4f} to {r['interval_95'][1]:+.4f}"] for k, r in c["title_bpc"].items()]
+    return block(
+        res, "conditions-cpu", ["protocol", "val/bpc, no title", "given the true title", "difference", "95 % interval"],
+        rows, f"Relevance to the title (TF-IDF character cosine, {rel['titles']} held-out titles): poems sampled for it "
+        f"{rel['given']:.3f}; the same poems against another title {rel['chance_other_title']:.3f} (chance); untitled "
+        f"poems {rel['untitled_samples']:.3f}; the real poems {rel['real_poems']:.3f} (ceiling).",
+        f"Keyword hints (`keywords_forced=false`, {kw['poems']} poems, two TextRank keywords of a held-out poem each): "
+        f"every keyword in {kw['hints']['all']:.1%} of the poems, each keyword {kw['hints']['each']:.1%}; without the "
+        f"hints {kw['chance']['all']:.1%} / {kw['chance']['each']:.1%} (chance).",
+        f"Poets ({p['poets']}, {p['samples_per_poet']} poems each): the classifier attributes {p['attributed']:.1%} of "
+        f"`poet=X` poems to X, {p['ceiling']:.1%} of X's held-out poems (the ceiling), {p['chance']:.1%} of poems "
+        f"without a poet (chance): {p['ratio_to_ceiling']:.2f} of the ceiling.")
+
+
 RESULTS_BLOCKS = {"fixed-time": fixed_time, "reference": reference, "overhead": overhead, "ddp-step": ddp_step,
                   "attention": per_device(attention), "sampling": per_device(sampling), "mfu": per_device(mfu),
-                  "poems": evaluation, "heads": attention_maps, "ablation": ablation, "gpu-run": gpu_run}
+                  "poems": evaluation, "heads": attention_maps, "ablation": ablation, "gpu-run": gpu_run,
+                  "conditions": conditions}
 """docs/results.md's blocks, each written by its function from the results."""
 
 

@@ -8,6 +8,7 @@ import lzma
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from data.verse.plan import clean_title
 from data.verse.script import corpus_to_script
 
 
@@ -31,6 +32,18 @@ def iter_corpus(path: str | Path) -> Iterator[dict]:
 def load_corpus(path: str | Path) -> list[dict]:
     """All poems of a corpus file (see `iter_corpus`). raises FileNotFoundError if `path` is missing."""
     return list(iter_corpus(path))
+
+
+def heldout_titles(path: str | Path, script: str, n: int) -> list[str]:
+    """The titles (`data.verse.plan.clean_title`) of the first `n` held-out poems that have one, in
+    corpus order, converted to `script`. raises FileNotFoundError if `path` is missing."""
+    titles = []
+    for poem in iter_corpus(path):
+        if len(titles) == n:
+            break
+        if poem["split"] == "val" and (title := clean_title(poem.get("title", ""))):
+            titles.append(title)
+    return corpus_to_script(titles, script)
 
 
 def heldout_poems(path: str | Path, script: str, n: int, forms: Iterable[str] | None, max_chars: int,

@@ -5,7 +5,9 @@ settings change): read `tang.jsonl.xz`, convert to the configured script with Op
 build the vocabulary (characters, or the corpus's tokens of a tiktoken encoding), and write
 `train.bin` / `val.bin` (ids as uint16, or uint32 for vocabularies over 65,536; each poem
 framed as `<bos> text <eos>`, or with `plan_tokens` as `<bos> <form> <rhyme> text <eos>`
-(`data/verse/plan.py`), poems in corpus order) plus `tokenizer.json` and `meta.json`.
+(`data/verse/plan.py`), poems in corpus order; with `conditions` a training poem's condition
+segment goes after `<bos>`, and `val_titled.bin` holds the held-out poems with their titles)
+plus `tokenizer.json` and `meta.json`.
 Training and validation read those files memory-mapped.
 """
 from __future__ import annotations
@@ -32,9 +34,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from data.anneal import AnnealSampler, annealing_windows
+from data.conditions import check_shares, draw_conditions, fitted, poets, segment_positions
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
-from data.verse.plan import plan_labels, poem_ids
+from data.verse.plan import clean_title, plan_ids, plan_labels, poem_ids, segment_ids
 from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
 
@@ -66,7 +69,10 @@ class PoetryDataModule(L.LightningDataModule):
     anneal_fraction: the share of the run's last training windows drawn only from those that start
     a poem whose even lines rhyme, each form in its share (`annealing_windows`); a run without
     `trainer.max_steps` (budget mode) has none, and says so.
-    raises ValueError for an unknown script, tokenizer kind or val_windows, or a share outside [0, 1).
+    conditions: {title, poet, keywords: share of the training poems given it} (`data/conditions.py`;
+    None or all 0: none); needs plan_tokens. Segment targets are never scored (`PlanIds.segment_mask`).
+    raises ValueError for an unknown script, tokenizer kind, val_windows or condition, or a share
+    outside [0, 1).
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
@@ -74,7 +80,7 @@ class PoetryDataModule(L.LightningDataModule):
                  tokenizer: Mapping | None = None, val_windows: str = "poems", seed: int = 0,
                  plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
                  also_validate: Mapping[str, str] | None = None, mid_poem_fraction: float = 0.0,
-                 anneal_fraction: float = 0.0):
+                 anneal_fraction: float = 0.0, conditions: Mapping[str, float] | None = None):
         super().__init__()
         if val_windows not in VAL_WINDOWS:
             raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
@@ -95,6 +101,11 @@ class PoetryDataModule(L.LightningDataModule):
         self.anneal_fraction = float(anneal_fraction)
         if not 0 <= self.anneal_fraction < 1:
             raise ValueError(f"data.anneal_fraction={anneal_fraction} is not in [0, 1)")
+        self.conditions = check_shares(conditions or {})
+        if not any(self.conditions.values()):
+            self.conditions = {}
+        if self.conditions and not self.plan_tokens:
+            raise ValueError("data.conditions needs data.plan_tokens=true (the segment goes before the plan)")
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -120,6 +131,11 @@ class PoetryDataModule(L.LightningDataModule):
         return {"train_corpora": [str(folder / n) for n in record["train"]],
                 "also_validate": {k: str(folder / n) for k, n in record["also_validate"].items()}}
 
+    def conditions_record(self) -> dict | None:
+        """What a checkpoint records of the conditions (None: none): {"shares": {condition: share},
+        "poets": {poet: training poems}} (`data/conditions.py`)."""
+        return {"shares": self.conditions, "poets": self.meta["poets"]} if self.conditions else None
+
     @property
     def val_names(self) -> list[str]:
         """The validation sets in dataloader order: "" (the reference), then `also_validate`'s names."""
@@ -137,7 +153,7 @@ class PoetryDataModule(L.LightningDataModule):
     def cache_dir(self) -> Path:
         """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays
         (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256, and
-        plan_tokens when on: the arrays without plan tokens keep their key)."""
+        plan_tokens when on, conditions and block_size when on: the arrays without them keep their key)."""
         for path in self.corpora:
             if not path.is_file():
                 load_corpus(path)  # raises the explanatory FileNotFoundError
@@ -149,11 +165,13 @@ class PoetryDataModule(L.LightningDataModule):
                 h.update(path.read_bytes())
             settings["roles"] = {"train": [self.corpora.index(p) for p in self.train_paths],
                                  "val": {k: self.corpora.index(p) for k, p in self.extra_val.items()}}
-        h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {})}).encode())
+        h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {}),
+                             **({"conditions": self.conditions, "block_size": self.block_size}
+                                if self.conditions else {})}).encode())
         return self.cache_root / h.hexdigest()[:16]
 
     def _build_tokenizer(self, texts: list[str]) -> Tokenizer:
-        plan = plan_labels() if self.plan_tokens else ()
+        plan = plan_labels(segments=bool(self.conditions)) if self.plan_tokens else ()
         if self.encoding is None:
             return CharTokenizer.from_texts(texts, plan)
         spec = str(self.tokenizer_cfg["encoding"])
@@ -167,9 +185,15 @@ class PoetryDataModule(L.LightningDataModule):
             return
         corpora = {path: load_corpus(path) for path in self.corpora}
         texts = {path: corpus_to_script([p["text"] for p in poems], self.script) for path, poems in corpora.items()}
-        tok = self._build_tokenizer([t for ts in texts.values() for t in ts])
+        names = {field: {path: corpus_to_script([p.get(field, "") for p in poems], self.script)
+                         for path, poems in corpora.items()} for field in ("title", "author")} \
+            if self.conditions else {}
+        tok = self._build_tokenizer([t for field in (texts, *names.values()) for ts in field.values() for t in ts])
         arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(self.corpus_path, "val")],
+                  **({"val_titled": [(self.corpus_path, "val")]} if self.conditions else {}),
                   **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}
+        listed = poets([a for path in self.train_paths for p, a in zip(corpora[path], names["author"][path])
+                        if p["split"] == "train"]) if self.conditions else {}
         dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
         self.cache_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.cache_root))
@@ -177,12 +201,20 @@ class PoetryDataModule(L.LightningDataModule):
             meta = {"script": self.script, "tokenizer": tok.state_dict()["kind"], "vocab_size": tok.vocab_size,
                     "dtype": np.dtype(dtype).name, "corpus": str(self.corpus_path.name),
                     **({"corpora": [p.name for p in self.corpora]} if len(self.corpora) > 1 else {}),
-                    **({"plan_tokens": True} if self.plan_tokens else {})}
+                    **({"plan_tokens": True} if self.plan_tokens else {}),
+                    **({"conditions": self.conditions, "poets": listed} if self.conditions else {})}
             for split, parts in arrays.items():
-                split_poems = [(p, t) for path, part in parts for p, t in zip(corpora[path], texts[path])
-                               if p["split"] == part]
-                split_texts = [t for _, t in split_poems]
-                ids = [poem_ids(tok, t, self.script, p["form"]) for p, t in split_poems]
+                split_poems = [(p, t, *(names[f][path][k] for f in names)) for path, part in parts
+                               for k, (p, t) in enumerate(zip(corpora[path], texts[path])) if p["split"] == part]
+                split_texts = [t for _, t, *_ in split_poems]
+                ids = [poem_ids(tok, t, self.script, p["form"]) for p, t, *_ in split_poems]
+                if split == "train" and self.conditions:  # each segment fits the poem's window (`fitted`)
+                    drawn = draw_conditions(split_texts, *zip(*[n for _, _, *n in split_poems]), self.conditions, listed)
+                    segments = [fitted(tok, d, self.block_size + 1 - len(i)) for d, i in zip(drawn, ids)]
+                    ids = [[i[0], *g, *i[1:]] for i, g in zip(ids, segments)]
+                elif split == "val_titled":
+                    ids = [[i[0], *segment_ids(tok, title=clean_title(title)), *i[1:]]
+                           for i, (_, _, title, _) in zip(ids, split_poems)]
                 arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
                 arr.tofile(tmp / f"{split}.bin")
                 meta[split] = {"poems": len(ids), "tokens": int(arr.size),
@@ -215,23 +247,34 @@ class PoetryDataModule(L.LightningDataModule):
         return np.memmap(self.cache_dir / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
 
     def token_counts(self) -> np.ndarray:
-        """(vocab_size,) int64: how often each id occurs in the training array."""
-        return np.bincount(self.tokens("train"), minlength=self.meta["vocab_size"]).astype(np.int64)
+        """(vocab_size,) int64: how often each id is a target in the training array (a condition
+        segment's tokens never are)."""
+        train = self.tokens("train")
+        unscored = self.unscored(train)
+        kept = train if unscored is None else train[~unscored]
+        return np.bincount(kept, minlength=self.meta["vocab_size"]).astype(np.int64)
 
     def setup(self, stage: str | None = None) -> None:
         """Open the memory-mapped arrays and cut them into windows (`train_starts`, `val_windows`)."""
         train = self.tokens("train")
         self.train_set = Windows(train, self.block_size, train_starts(train, self.block_size, Tokenizer.bos_id,
-                                                                      self.mid_poem_fraction, self.seed))
+                                                                      self.mid_poem_fraction, self.seed),
+                                 self.unscored(train))
         if self.anneal_fraction:  # indices of the windows that start a rhymed poem
             self.anneal_windows = annealing_windows(self.train_set.starts, train, self.tokenizer, self.script,
                                                     self.seed)
         self.val_sets = [self._val_windows(self.tokens("val" if not name else f"val_{name}")) for name in self.val_names]
         self.val_set = self.val_sets[0]
 
+    def unscored(self, tokens: np.ndarray) -> np.ndarray | None:
+        """(N,) bool: the positions of a token array inside condition segments, whose targets are
+        not scored (`PlanIds.segment_mask`); None without conditions."""
+        return segment_positions(tokens, plan_ids(self.tokenizer)) if self.conditions else None
+
     def _val_windows(self, val: np.ndarray) -> Dataset:
-        return PoemWindows(val, self.block_size, Tokenizer.bos_id) if self.val_windows == "poems" else Windows.blocks(
-            val, self.block_size)
+        unscored = self.unscored(val)
+        return PoemWindows(val, self.block_size, Tokenizer.bos_id, unscored) if self.val_windows == "poems" \
+            else Windows.blocks(val, self.block_size, unscored)
 
     def train_dataloader(self) -> StatefulDataLoader:
         """Shuffled batches of `(x, y)`, each `(batch_size, block_size) int64`, in an order drawn

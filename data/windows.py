@@ -50,19 +50,20 @@ class Windows(Dataset):
     """`(x, y)` pairs of `block_size` token ids from a 1-D token array, y = x shifted by one.
 
     starts: `(N,)` window offsets (`train_starts`, or every `block_size`-th offset for the
-    `blocks` validation). Items are `(block_size,) int64` tensors.
+    `blocks` validation). Items are `(block_size,) int64` tensors. unscored: `(len(tokens),)` bool,
+    the positions whose targets are `IGNORE` (a condition segment, `PlanIds.segment_mask`; None: none).
     raises ValueError if a start leaves less than a window.
     """
 
-    def __init__(self, tokens: np.ndarray, block_size: int, starts: np.ndarray):
+    def __init__(self, tokens: np.ndarray, block_size: int, starts: np.ndarray, unscored: np.ndarray | None = None):
         if len(starts) == 0 or starts.max() + block_size + 1 > len(tokens):
             raise ValueError(f"{len(tokens)} tokens cannot fill the windows of block_size={block_size}")
-        self.tokens, self.block_size, self.starts = tokens, block_size, starts
+        self.tokens, self.block_size, self.starts, self.unscored = tokens, block_size, starts, unscored
 
     @classmethod
-    def blocks(cls, tokens: np.ndarray, block_size: int) -> "Windows":
+    def blocks(cls, tokens: np.ndarray, block_size: int, unscored: np.ndarray | None = None) -> "Windows":
         """Non-overlapping windows that cover the array: nanoGPT-style validation."""
-        return cls(tokens, block_size, np.arange(0, len(tokens) - block_size, block_size))
+        return cls(tokens, block_size, np.arange(0, len(tokens) - block_size, block_size), unscored)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -70,7 +71,14 @@ class Windows(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = int(self.starts[i])
         chunk = torch.from_numpy(self.tokens[start : start + self.block_size + 1].astype(np.int64))
-        return chunk[:-1], chunk[1:]  # x, y: (block_size,)
+        return chunk[:-1], unscore(chunk[1:], self.unscored, start + 1)  # x, y: (block_size,)
+
+
+def unscore(y: torch.Tensor, unscored: np.ndarray | None, offset: int) -> torch.Tensor:
+    """Targets y (n,) int64 taken from offset `offset` of the array, `IGNORE` where `unscored` says."""
+    if unscored is None:
+        return y
+    return y.masked_fill(torch.from_numpy(unscored[offset : offset + len(y)].copy()), IGNORE)
 
 
 class PoemWindows(Dataset):
@@ -80,11 +88,11 @@ class PoemWindows(Dataset):
     start `block_size // 2` tokens before the first unscored target, so every prediction has
     at least half a block of the poem before it. Every token after a `<bos>` is a target
     exactly once. Items are `(x, y)`, each `(block_size,) int64`; y is `IGNORE` where
-    nothing is scored (context and padding).
+    nothing is scored (context, padding, and the positions `unscored` names, as in `Windows`).
     """
 
-    def __init__(self, tokens: np.ndarray, block_size: int, bos_id: int = 0):
-        self.tokens, self.block_size = tokens, block_size
+    def __init__(self, tokens: np.ndarray, block_size: int, bos_id: int = 0, unscored: np.ndarray | None = None):
+        self.tokens, self.block_size, self.unscored = tokens, block_size, unscored
         self.items: list[tuple[int, int, int]] = []  # (window start, first scored target, end)
         for b, e in zip(*poem_bounds(tokens, bos_id)):
             start, first = int(b), int(b) + 1
@@ -102,5 +110,5 @@ class PoemWindows(Dataset):
         x = torch.zeros(self.block_size, dtype=torch.int64)
         y = torch.full((self.block_size,), IGNORE, dtype=torch.int64)
         x[: len(chunk) - 1] = chunk[:-1]
-        y[first - start - 1 : len(chunk) - 1] = chunk[first - start :]
+        y[first - start - 1 : len(chunk) - 1] = unscore(chunk[first - start :], self.unscored, first)
         return x, y  # (block_size,) each

@@ -73,6 +73,7 @@ class Engine:
             raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
         self.model, self.tokenizer, self.script, self.path = model, tokenizer, script, path
         self.corpora: dict | None = None  # the corpora it was trained on beyond the Tang one, where it says
+        self.conditions: dict | None = None  # its condition shares and poets (`PoetryDataModule.conditions_record`)
         self.weights_sha: str | None = None  # a loaded checkpoint's `model.loading.weights_sha`
         self.ablated: list[str] = []  # heads switched off, `L<layer>H<head>` (`model.ablation.ablate`)
         self.ablation_hooks: list = []  # the hooks that switch them off, removed when they are on again

@@ -252,6 +252,7 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     engine = Engine(gpt, tokenizer, script, path)
     engine.weights_sha = weights_sha(ckpt["state_dict"])
     engine.corpora = ckpt.get("corpora")
+    engine.conditions = ckpt.get("conditions")
     if ablate:
         if ablate_mode == "mean" and corpus_path is None:
             raise ValueError("ablate_mode=mean needs the training corpus (corpus_path) for the heads' mean outputs")

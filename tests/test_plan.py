@@ -179,10 +179,11 @@ def test_the_grammar_puts_a_form_then_a_rhyme_after_bos_and_plan_tokens_nowhere_
     forms = torch.tensor([0, 0, 0, 0, 1, 1, 0, 0], dtype=torch.bool)
     plan = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1], dtype=torch.bool)
     rhymes = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1], dtype=torch.bool)
-    idx = torch.tensor([[2, 0], [0, 5], [0, 4], [5, 6], [6, 2]])  # after <bos>, a form, a form, a rhyme, a character
-    out = PlanGrammar(forms, rhymes, plan, bos_id=0)(idx, torch.zeros(5, 8))
+    # after <bos>, a form, a form, a rhyme, a character; and after a given condition segment (characters, no form yet)
+    idx = torch.tensor([[2, 2, 0], [2, 0, 5], [2, 0, 4], [0, 5, 6], [5, 6, 2], [0, 2, 2]])
+    out = PlanGrammar(forms, rhymes, plan, bos_id=0)(idx, torch.zeros(6, 8))
     allowed = [torch.isfinite(row).nonzero().flatten().tolist() for row in out]
-    assert allowed == [[4, 5], [6, 7], [6, 7], [0, 1, 2, 3], [0, 1, 2, 3]]
+    assert allowed == [[4, 5], [6, 7], [6, 7], [0, 1, 2, 3], [0, 1, 2, 3], [4, 5]]
     real = PlanGrammar(forms, rhymes & ~torch.tensor([0, 0, 0, 0, 0, 0, 0, 1], dtype=torch.bool), plan, 0)
     assert torch.isfinite(real(idx[1:2], torch.zeros(1, 8))[0]).nonzero().flatten().tolist() == [6]
 

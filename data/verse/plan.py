@@ -15,15 +15,23 @@ the poem, `<eos>`, so a model learns to choose a plan first and then write to it
 
 The tokens are extra ids after a tokenizer's vocabulary (`Tokenizer.plan`); they have no text,
 so `decode` drops them and `val/bpc` counts no character for them.
+
+Conditions (`data.conditions`, docs/conditions.md): a model may also be trained with what a
+poem is about between `<bos>` and its plan, a segment of its own: `<题>` and the title,
+`<人>` and the poet, `<词>` and a keyword (repeated per keyword), in that order, each part
+present for a share of the poems. `<bos> <题>静夜思 <人>李白 <五绝> <下平聲七陽> 床前明月光，…`.
+The segment is given, never predicted: its targets are not scored in training or validation
+(`segment_mask`), so `val/bpc` stays a figure of the poem alone, and a sampler writes it into
+the prompt (`PlanIds.body` strips it again).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from data.verse.meter import poem_lines, shared_rhyme_groups
-from data.verse.poetry import form_of
+from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
@@ -31,7 +39,13 @@ FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qi
 NO_RHYME = "<无韵>"
 """The rhyme token of a poem whose even lines share no level-tone group."""
 PLAN_SLOTS = 2
-"""Plan tokens per poem: the form's, then the rhyme's, right after `<bos>`."""
+"""Plan tokens per poem: the form's, then the rhyme's, right after `<bos>` (or the segment)."""
+SEGMENTS = {"title": "<题>", "poet": "<人>", "keyword": "<词>"}
+"""Condition → the label of the marker token that opens its part of the segment."""
+BOS_ID, EOS_ID = 0, 1
+"""`<bos>` and `<eos>`'s ids in every tokenizer (`data.tokenizer.Tokenizer`)."""
+MAX_TITLE = 12
+"""The longest title a segment holds, in characters (a longer one is not given)."""
 
 
 def rhyme_label(group: str) -> str:
@@ -40,9 +54,19 @@ def rhyme_label(group: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def plan_labels() -> tuple[str, ...]:
-    """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`."""
-    return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME)
+def plan_labels(segments: bool = False) -> tuple[str, ...]:
+    """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`, and
+    with segments the 3 condition markers (`SEGMENTS`)."""
+    return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME,
+            *(SEGMENTS.values() if segments else ()))
+
+
+def clean_title(title: str) -> str:
+    """The title a segment holds: the part before the first space (a series' number after it goes),
+    its CJK characters only; "" if that is longer than `MAX_TITLE`.
+    `clean_title("帝京篇十首 一")` = `帝京篇十首`, `clean_title("《静夜思》")` = `静夜思`."""
+    kept = "".join(c for c in (title.split() or [""])[0] if is_hanzi(c))
+    return kept if len(kept) <= MAX_TITLE else ""
 
 
 def poem_rhyme_groups(text: str, script: str) -> frozenset[str]:
@@ -81,29 +105,81 @@ class EncodesPlans(HasPlanTokens, Protocol):
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]: ...
 
 
-def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None, eos: bool = True) -> list[int]:
-    """A poem's ids as a model is trained on it: `<bos>`, its plan tokens (`poem_plan`) if the
-    tokenizer has them, its text, `<eos>` if eos. form: its corpus `form` field (None: `form_of`
-    the text, what the corpus field holds). raises as `Tokenizer.encode` and `poem_plan`."""
+def segment_ids(tok: EncodesPlans, title: str = "", poet: str = "", keywords: Sequence[str] = ()) -> list[int]:
+    """The condition segment's ids (module docstring): `<题>` title, `<人>` poet, `<词>` per keyword,
+    each part only if given ([] for none). Texts in the tokenizer's script. raises ValueError if
+    the tokenizer has no markers; as `Tokenizer.encode`."""
+    parts = [(SEGMENTS["title"], title), (SEGMENTS["poet"], poet), *((SEGMENTS["keyword"], w) for w in keywords)]
+    if any(text for _, text in parts) and SEGMENTS["title"] not in tok.plan:
+        raise ValueError("this model was trained without titles, poets or keyword hints (data.conditions)")
+    return [i for label, text in parts if text for i in (tok.plan_start + tok.plan.index(label), *tok.encode(text))]
+
+
+def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None, eos: bool = True,
+             segment: Sequence[int] = ()) -> list[int]:
+    """A poem's ids as a model is trained on it: `<bos>`, the condition segment (`segment_ids`),
+    its plan tokens (`poem_plan`) if the tokenizer has them, its text, `<eos>` if eos. form: its
+    corpus `form` field (None: `form_of` the text, what the corpus field holds). raises as
+    `Tokenizer.encode` and `poem_plan`."""
     ids = tok.encode(text, bos=True, eos=eos)
     if not tok.plan:
         return ids
     plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, form or form_of(text), script)]
-    return [ids[0], *plan, *ids[1:]]
+    return [ids[0], *segment, *plan, *ids[1:]]
 
 
 @dataclass(frozen=True)
 class PlanIds:
     """Where a tokenizer's plan tokens sit: forms (form name → id), rhymes (group → id), none
-    (the id of `<无韵>`). Built by `plan_ids`."""
+    (the id of `<无韵>`), segments (condition → its marker's id; {} for a model without them).
+    Built by `plan_ids`."""
     forms: dict[str, int]
     rhymes: dict[str, int]
     none: int
+    segments: dict[str, int]
 
     @property
     def all(self) -> list[int]:
-        """Every plan id."""
-        return [*self.forms.values(), *self.rhymes.values(), self.none]
+        """Every plan id, markers included."""
+        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values()]
+
+    @property
+    def segment_ends(self) -> list[int]:
+        """The ids that close a condition segment: the form tokens, `<bos>` and `<eos>`."""
+        return [*self.forms.values(), BOS_ID, EOS_ID]
+
+    def segment_mask(self, ids: Iterable[int]) -> list[bool]:
+        """Per id of a sequence, whether it is inside a condition segment (a marker and the
+        characters after it, up to the next of `segment_ends`): targets that are not scored.
+        (`data.conditions.segment_positions` is the same over a whole token array.)"""
+        markers, ends, inside, out = set(self.segments.values()), set(self.segment_ends), False, []
+        for i in ids:
+            inside = True if i in markers else False if i in ends else inside
+            out.append(inside)
+        return out
+
+    def body(self, ids: Iterable[int]) -> list[int]:
+        """ids without their condition segments (`segment_mask`): what a poem shows."""
+        ids = [int(i) for i in ids]
+        return [i for i, inside in zip(ids, self.segment_mask(ids)) if not inside]
+
+    def read_segment(self, tok, ids: Iterable[int]) -> dict[str, str | list[str]]:
+        """The conditions a sequence's segment holds: {"title": …, "poet": …, "keywords": [...]},
+        only those present (texts decoded with tok)."""
+        found: dict[str, list[list[int]]] = {}
+        name = {i: c for c, i in self.segments.items()}
+        ids = [int(i) for i in ids]
+        part: list[int] = []
+        for i, inside in zip(ids, self.segment_mask(ids)):
+            if i in name:
+                part = []
+                found.setdefault(name[i], []).append(part)
+            elif inside:
+                part.append(i)
+        out: dict[str, str | list[str]] = {c: tok.decode(parts[0]) for c, parts in found.items() if c != "keyword"}
+        if "keyword" in found:
+            out["keywords"] = [tok.decode(p) for p in found["keyword"]]
+        return out
 
     def read(self, ids: Iterable[int]) -> dict[str, str | None]:
         """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
@@ -121,8 +197,9 @@ def plan_ids(tok: HasPlanTokens) -> PlanIds | None:
     raises ValueError if its plan tokens are not `plan_labels()`."""
     if not tok.plan:
         return None
-    if tok.plan != plan_labels():
+    if tok.plan not in (plan_labels(), plan_labels(segments=True)):
         raise ValueError("the tokenizer's plan tokens are not this version's (data.verse.plan.plan_labels)")
     index = {label: tok.plan_start + k for k, label in enumerate(tok.plan)}
     return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
-                   {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME])
+                   {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME],
+                   {c: index[label] for c, label in SEGMENTS.items() if label in index})

@@ -7,8 +7,10 @@ a model with plan tokens a form with rhyme as plan tokens only (`wujue+soft`: th
 given, the rhyme slot restricted to real groups, no masks); and with forced keywords
 (`keywords`, `wujue+keywords`, `wujue+rhyme+keywords`, `wujue+meter+keywords`,
 `wujue+acrostic+keywords`), each poem with the keywords of one held-out poem
-(`draw_keywords`). Every evaluation poem is drawn by `sample_sets` through the one sampling
-path (`model.sampling.poems`), then measured by
+(`draw_keywords`); and for a model trained with conditions (`conditions`): `title` (each poem
+the title of a held-out poem), `poet` (the model's poets in turn) and `hints` (a held-out
+poem's keywords as hints only, `keywords_forced=false`). Every evaluation poem is drawn by
+`sample_sets` through the one sampling path (`model.sampling.poems`), then measured by
 `model.inspection.poem_metrics.poem_metrics` (for a plan model with the plans drawn: how
 often a poem keeps its plan).
 """
@@ -19,22 +21,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from data.corpus_io import heldout_poems
+from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
 from data.verse.poetry import FORMS
 from model.engine import Engine
 from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
+from model.sampling.conditions import known_poets
 from model.sampling.constraints import PoemConstraint
 from model.sampling.keywords import KeywordConstraint
-from model.sampling.poems import SamplingOptions, read_plans, sample_ids
+from model.sampling.poems import SamplingOptions, poem_text, read_plans, sample_ids
 
-SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords")
+SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
 (each with the sampler's default control), and with rhyme as plan tokens only (`soft`);
-`keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords."""
+`keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
+`conditions`: free poems for held-out titles, for each poet in turn, with keyword hints."""
 HELD_OUT = "held-out"
-"""A request's `keywords` that stands for each poem's own: the keywords of a held-out poem (`draw_keywords`)."""
+"""A request's `keywords` or `title` that stands for each poem's own: the keywords (`draw_keywords`) or
+the title of a held-out poem."""
+EVERY_POET = "every poet"
+"""A request's `poet` that stands for the model's poets in turn."""
 ACROSTICS = {4: "春夏秋冬", 8: "春夏秋冬风花雪月"}
 """The acrostic of the `+acrostic+keywords` sets, by the form's line count."""
 REFERENCE = "human (held-out)"
@@ -42,14 +49,15 @@ REFERENCE = "human (held-out)"
 
 
 def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool = True,
-                    plan_model: bool = False) -> dict[str, dict]:
+                    plan_model: bool = False, conditions_model: bool = False) -> dict[str, dict]:
     """Set name → the `SamplingOptions` fields that ask for it: `free` → {}, `wujue` →
     {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}, `wujue+soft` →
     {form, rhyme, control: soft}, `keywords` → {keywords: HELD_OUT}, `wujue+meter+keywords` →
     {form, meter, keywords: HELD_OUT} (and `+keywords`, `+rhyme+keywords`, `+acrostic+keywords`).
 
     char_model=False (a BPE model) drops the form, rhyme and meter sets: their masks need a
-    character model; plan_model=False (no plan tokens) drops the soft sets.
+    character model; plan_model=False (no plan tokens) drops the soft sets; conditions_model=False
+    the conditions sets.
     raises ValueError for an unknown kind or form.
     """
     kinds, forms = list(kinds), list(forms)
@@ -70,6 +78,9 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         for form in forms:
             for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[FORMS[form][0]]}):
                 requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
+    if "conditions" in kinds and conditions_model:
+        requests.update(title={"title": HELD_OUT}, poet={"poet": EVERY_POET},
+                        hints={"keywords": HELD_OUT, "keywords_forced": False})
     return requests
 
 
@@ -103,13 +114,14 @@ def draw_keywords(engine: Engine, fields: dict, sources: Sequence[str], n: int, 
 
 
 def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict],
-                        sources: Sequence[str] = ()) -> tuple[dict[str, list[str]], dict[str, list[dict] | None],
-                                                              dict[str, dict]]:
+                        sources: Sequence[str] = (), titles: Sequence[str] = ()
+                        ) -> tuple[dict[str, list[str]], dict[str, list[dict] | None], dict[str, dict]]:
     """(set name → `base.num_samples` poems sampled with `base` updated by the request's fields,
     set name → the plans they were sampled with, `model.sampling.poems.read_plans`: None for a
     model without plan tokens, keyword set name → {"keywords": per poem, "sources": the index
     in `sources` of the held-out poem each came from}). A request's HELD_OUT keywords are drawn
-    from `sources` (`draw_keywords`). Seeded: the same model and options give the same poems.
+    from `sources` (`draw_keywords`), HELD_OUT titles are `titles`' first, EVERY_POET the model's poets
+    in turn. Seeded: the same model and options give the same poems.
     raises as `model.sampling.poems.stream_poems`, `draw_keywords`."""
     poems, plans, keywords = {}, {}, {}
     for name, fields in requests.items():
@@ -118,8 +130,13 @@ def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[st
                                         base.num_samples)
             keywords[name] = {"keywords": words, "sources": used}
             fields = {**fields, "keywords": words}
+        if fields.get("title") == HELD_OUT:
+            fields = {**fields, "title": list(titles[:base.num_samples])}
+        if fields.get("poet") == EVERY_POET:
+            poets = list(known_poets(engine))
+            fields = {**fields, "poet": [poets[i % len(poets)] for i in range(base.num_samples)]}
         rows = sample_ids(engine, replace(base, **fields))  # (B, T)
-        poems[name] = [engine.tokenizer.decode(row.tolist()) for row in rows]
+        poems[name] = [poem_text(engine.tokenizer, row) for row in rows]
         plans[name] = read_plans(engine.tokenizer, rows)
     return poems, plans, keywords
 
@@ -183,10 +200,12 @@ def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str
     script, model = engine.script, engine.model
     start = time.perf_counter()
     reference = reference_poems(corpus_path, script, n_reference)
+    titles = heldout_titles(corpus_path, script, base.num_samples) if any(
+        r.get("title") == HELD_OUT for r in requests.values()) else []
     was_training = model.training
     model.eval()
     try:
-        samples, plans, keywords = sample_planned_sets(engine, base, requests, reference)
+        samples, plans, keywords = sample_planned_sets(engine, base, requests, reference, titles)
     finally:
         model.train(was_training)
     sampled = time.perf_counter()

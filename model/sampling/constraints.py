@@ -31,7 +31,7 @@ import torch
 
 from data.tokenizer import CharTokenizer
 from data.verse.meter import LEVEL, OBLIQUE, patterns, tones
-from data.verse.plan import PLAN_SLOTS, plan_ids
+from data.verse.plan import PLAN_SLOTS, PlanIds, plan_ids
 from data.verse.poetry import FORMS, is_hanzi
 from data.verse.rhyme import rhyme_groups
 
@@ -52,6 +52,15 @@ class _Row:
     patterns: frozenset[str] | None = None  # meter: the patterns the poem still fits (None = all)
     ended: bool = False  # the last line is closed: only <eos> remains
     plan_left: int = 0  # plan slots still open (plan tokens may come before the poem)
+
+
+def poem_tokens(idx: torch.Tensor, consumed: int, plan: PlanIds | None) -> list[list[int]]:
+    """Each row's ids from position `consumed` on, without its condition segment (`PlanIds.segment_mask`;
+    a segment is given at the start, never drawn, so only a first call, consumed = 0, has one)."""
+    rows = idx[:, consumed:].tolist()
+    if consumed or plan is None or not plan.segments:
+        return rows
+    return [[i for i, inside in zip(row, plan.segment_mask(row)) if not inside] for row in rows]
 
 
 class PoemConstraint:
@@ -151,7 +160,7 @@ class PoemConstraint:
         """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
         if not self.rows:
             self.rows = [_Row(plan_left=PLAN_SLOTS if self.plan else 0) for _ in range(idx.size(0))]
-        for row, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
+        for row, ids in zip(self.rows, poem_tokens(idx, self.consumed, self.plan)):
             for i in ids:
                 if i in (self.tok.bos_id, self.tok.eos_id):
                     continue

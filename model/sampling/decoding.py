@@ -116,16 +116,20 @@ class RepetitionPenalty:
     A logit z of a token that occurred in the sequence becomes z / penalty if z > 0, else
     z · penalty, so penalty > 1 discourages repeats and 1.0 changes nothing. `penalised`:
     (V,) bool, the tokens it applies to (the poem's characters, not punctuation or specials).
+    `outside`: idx (B, T) → (B, T) bool, the positions that are not the poem (a condition
+    segment: its words are not repeats); None: every position is.
     raises ValueError if penalty < 1.
     """
 
-    def __init__(self, penalty: float, penalised: torch.Tensor):
+    def __init__(self, penalty: float, penalised: torch.Tensor,
+                 outside: Callable[[torch.Tensor], torch.Tensor] | None = None):
         if penalty < 1:
             raise ValueError(f"repetition_penalty must be ≥ 1 (1 = off), got {penalty}")
-        self.penalty, self.penalised = penalty, penalised
+        self.penalty, self.penalised, self.outside = penalty, penalised, outside
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, idx, True)  # (B, V)
+        poem = idx if self.outside is None else idx.masked_fill(self.outside(idx), 0)  # id 0, <bos>: never penalised
+        seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, poem, True)  # (B, V)
         seen &= self.penalised.to(logits.device)
         scaled = torch.where(logits > 0, logits / self.penalty, logits * self.penalty)
         return torch.where(seen, scaled, logits)
@@ -158,9 +162,10 @@ class PoemBoundaries:
 
 
 class PlanGrammar:
-    """Where plan tokens (`data/verse/plan.py`) may stand: right after `<bos>` only a form token, right
-    after a form token only a rhyme token, and no plan token anywhere else. So a poem sampled
-    from `<bos>` draws its plan first, and a poem never shows a plan token later.
+    """Where plan tokens (`data/verse/plan.py`) may stand: until a row has a form token only a form
+    token (right after `<bos>`, or after the condition segment given with it), right after a form
+    token only a rhyme token, and no plan token anywhere else. So a poem sampled from `<bos>`
+    draws its plan first, and a poem never shows a plan token later.
 
     forms: (V,) bool, the form tokens; rhymes: (V,) bool, the rhyme tokens allowed in the rhyme
     slot (all of them and `<无韵>`, or only real groups for soft `rhyme`); plan: (V,) bool, every
@@ -174,5 +179,6 @@ class PlanGrammar:
         last = idx[:, -1]  # (B,)
         forms, rhymes, plan = (m.to(idx.device) for m in (self.forms, self.rhymes, self.plan))
         allowed = torch.where(forms[last][:, None], rhymes, ~plan)  # (B, V): after a form token, a rhyme
-        allowed = torch.where((last == self.bos_id)[:, None], forms, allowed)  # (B, V): after <bos>, a form
+        unplanned = ~forms[idx].any(dim=1)  # (B,): no form token yet
+        allowed = torch.where(unplanned[:, None], forms, allowed)  # (B, V): first of all, a form
         return logits.masked_fill(~allowed, float("-inf"))

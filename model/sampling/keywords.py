@@ -47,7 +47,7 @@ from data.tokenizer import CharTokenizer
 from data.verse.meter import LEVEL
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from model.sampling.constraints import FREE_LENGTHS, PoemConstraint, _Row
+from model.sampling.constraints import FREE_LENGTHS, PoemConstraint, _Row, poem_tokens
 
 MAX_FREE_LINE = max(FREE_LENGTHS)
 """The longest line a keyword may fill without a form (7, as the longest regulated line)."""
@@ -306,7 +306,7 @@ class KeywordConstraint:
         if not self.rows:
             self.rows = [_KeywordRow(k, len(k)) for k in (self.keywords * idx.size(0) if len(self.keywords) == 1
                                                   else self.keywords)]
-        for krow, ids in zip(self.rows, idx[:, self.consumed:].tolist()):
+        for krow, ids in zip(self.rows, poem_tokens(idx, self.consumed, plan_ids(self.tok))):
             for i in ids:
                 if i in self._plan_forms and self.poem is None:  # a free poem's plan names its form
                     krow.planned = self._planned(self._plan_forms[i])

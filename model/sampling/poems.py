@@ -28,6 +28,7 @@ from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from model.engine import Engine, LogitsProcessor, Step
+from model.sampling.conditions import condition_segments, has_conditions
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 from model.sampling.keywords import MAX_FREE_LINE, KeywordConstraint, keyword_rows
@@ -47,7 +48,11 @@ class SamplingOptions:
     prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
     qilv | None; keywords: words every poem contains, whole, inside a line, where the model
     chooses (`model.sampling.keywords`; a list, or a string split at `,`/`，`/`、`; or one
-    list per poem, `num_samples` of them); rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
+    list per poem, `num_samples` of them), and, for a model trained with conditions, hints in
+    its segment; keywords_forced: false keeps them hints only (nothing forced); title, poet:
+    what the poem is written to (a string, or one per poem), for a model trained with conditions
+    (`model.sampling.conditions`);
+    rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
     character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
     repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
     temperature 0 = greedy; control: hard | soft | both (module docstring; None: both for a
@@ -63,6 +68,9 @@ class SamplingOptions:
     form: str | None = None
     acrostic: str = ""
     keywords: Any = ""  # str | list[str] | list[list[str]] (OmegaConf's structured configs take no unions)
+    keywords_forced: bool = True
+    title: Any = ""  # str | list[str], one per poem
+    poet: Any = ""  # str | list[str], one per poem
     rhyme: bool = False
     meter: bool = False
     repetition_penalty: float = RECIPE.repetition_penalty
@@ -149,18 +157,30 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
                          f"{to_draw} plan token(s)")
-    if rows := [tuple(engine.to_model_text(w, "keywords") for w in row)
-                for row in keyword_rows(opts.keywords, opts.num_samples)]:
+    rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
+            for row in keyword_rows(opts.keywords, opts.num_samples)]
+    segments = condition_segments(engine, opts.title, opts.poet, rows, True, opts.num_samples)
+    if not opts.keywords_forced and any(rows) and not has_conditions(engine):
+        raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
+                         "(data.conditions); this one was trained without: leave keywords forced")
+    if opts.keywords_forced and any(rows):
         processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw)
-    if opts.repetition_penalty != 1.0:
-        penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
-        processors.append(RepetitionPenalty(opts.repetition_penalty, penalised))
-    gen = torch.Generator(device=device).manual_seed(opts.seed)
-    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
     text = tok.encode(prompt)
     drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
-    start = torch.tensor([[tok.bos_id, *plan, *([] if drawn_first else text)]] * opts.num_samples,
+    width = max(map(len, segments))  # shorter segments are padded with <eos> in front, where a poem ends
+    start = torch.tensor([[tok.eos_id] * (width - len(g)) + [tok.bos_id, *g, *plan, *([] if drawn_first else text)]
+                          for g in (segments * opts.num_samples if len(segments) == 1 else segments)],
                          device=device)  # (B, T0)
+    if opts.repetition_penalty != 1.0:
+        penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
+        given = torch.tensor([ids.segment_mask(r) for r in start.tolist()], device=device) \
+            if width else None  # (B, T0): the segments' positions
+
+        def outside(idx: torch.Tensor) -> torch.Tensor:  # (B, T) → (B, T) bool
+            return torch.nn.functional.pad(given, (0, idx.size(1) - given.size(1)))
+        processors.append(RepetitionPenalty(opts.repetition_penalty, penalised, outside if width else None))
+    gen = torch.Generator(device=device).manual_seed(opts.seed)
+    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
 
     def generate(idx: torch.Tensor, n: int) -> Iterator[Step]:
         return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention_rows)
@@ -168,9 +188,10 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     def steps() -> Iterator[Step | torch.Tensor]:
         drawn = list(generate(start, to_draw))  # to_draw steps: PoemBoundaries allows no <eos> here
         yield from drawn
-        given = torch.tensor([text] * opts.num_samples, device=device)  # (B, len(text))
-        yield given
-        yield from generate(torch.cat([start, *(s.ids for s in drawn), given], dim=1), opts.max_new_tokens - to_draw)
+        prompt_ids = torch.tensor([text] * opts.num_samples, device=device)  # (B, len(text))
+        yield prompt_ids
+        yield from generate(torch.cat([start, *(s.ids for s in drawn), prompt_ids], dim=1),
+                            opts.max_new_tokens - to_draw)
 
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
 
@@ -214,9 +235,15 @@ def sample_ids(engine: Engine, opts: SamplingOptions) -> torch.Tensor:
 
 def sample_poems(engine: Engine, opts: SamplingOptions) -> list[str]:
     """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks,
-    no plan tokens). The same options and seed give the same poems. raises as `stream_poems`.
+    no plan tokens, no condition segment). The same options and seed give the same poems. raises as `stream_poems`.
     """
-    return [engine.tokenizer.decode(row.tolist()) for row in sample_ids(engine, opts)]
+    return [poem_text(engine.tokenizer, row) for row in sample_ids(engine, opts)]
+
+
+def poem_text(tok: Tokenizer, row: torch.Tensor) -> str:
+    """A sampled row (T,) int64 as the poem's text: no plan tokens, no condition segment."""
+    ids = plan_ids(tok)
+    return tok.decode(ids.body(row.tolist()) if ids else row.tolist())
 
 
 def read_plans(tok: Tokenizer, rows: torch.Tensor) -> list[dict[str, str | None]] | None:

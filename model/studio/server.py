@@ -60,7 +60,7 @@ from model.cli import USER_ERRORS
 from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
-from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps
+from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text
 
 MAX_ABLATED = 256
 """The most head names a request may list."""
@@ -150,6 +150,8 @@ class Poem:
         self.engine, self.tok, self.received = engine, engine.tokenizer, received
         start, self.steps = poem_steps(engine, opts, attention_rows=True)
         self.seq: list[int] = start[0].tolist()
+        ids = plan_ids(self.tok)
+        self.given = ids.segment_mask(self.seq) if ids else [False] * len(self.seq)  # the segment: no text
         self.text = StreamDecoder(self.tok)
         self.first: float | None = None  # when the first character was sent, perf_counter seconds
         self.last, self.chars = 0.0, 0
@@ -157,10 +159,11 @@ class Poem:
     def chunk(self, ids: list[int]) -> dict:
         """Given tokens (a prompt, not drawn) appended: their labels, texts, and the rows of the
         positions no step computes (the chunk's, less its last, and the one before it)."""
-        first = max(0, len(self.seq) - 1)
+        first, hidden = max(0, len(self.seq) - 1), self.given[len(self.seq):]
         self.seq += ids
         rows = prompt_rows(self.engine.model, self.seq, first)
-        return {"tokens": [self.tok.label(i) for i in ids], "texts": [self.text.feed([i]) for i in ids], "rows": rows}
+        texts = [self.text.feed([i]) if k >= len(hidden) or not hidden[k] else "" for k, i in enumerate(ids)]
+        return {"tokens": [self.tok.label(i) for i in ids], "texts": texts, "rows": rows}
 
     def start_event(self) -> str:
         seq, self.seq = self.seq, []
@@ -205,7 +208,7 @@ class Poem:
         self.steps = None
         first_ms = None if self.first is None else 1000 * (self.first - self.received)
         rate = (self.chars - 1) / (self.last - self.first) if self.chars > 1 and self.last > self.first else None
-        return event("done", {"poem": self.tok.decode(self.seq), "first_ms": first_ms,
+        return event("done", {"poem": poem_text(self.tok, torch.tensor(self.seq)), "first_ms": first_ms,
                               "chars": self.chars, "chars_per_s": rate})
 
 

@@ -69,6 +69,7 @@ class LitGPT(L.LightningModule):
             engine = Engine(build_gpt(model, tok, script), tok, script)
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
         self.corpora: dict | None = None  # the data module's `corpora_record`, saved in its checkpoints
+        self.conditions: dict | None = None  # the data module's `conditions_record`, saved in its checkpoints
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -96,9 +97,11 @@ class LitGPT(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Records the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are
-        any, and the training tokens seen."""
+        any, the conditions (`conditions_record`), and the training tokens seen."""
         if self.corpora:
             checkpoint["corpora"] = self.corpora
+        if self.conditions:
+            checkpoint["conditions"] = self.conditions
         if self.tokens_seen is not None:
             checkpoint["tokens_seen"] = self.tokens_seen
 

@@ -1,0 +1,187 @@
+"""What a title, a poet and keyword hints are worth to a model trained with conditions (docs/conditions.md).
+
+    python benchmarks/conditions.py                 # the default checkpoint, every figure (minutes)
+    python benchmarks/conditions.py --per-poet 2 --titles 10 --keyword-poems 10   # a smoke run
+
+1. **Title**: held-out bodies' `val/bpc` given their true title (`val_titled.bin`) and given
+   none (`val.bin`), the body's characters and plan only (segment targets are not scored), on
+   both protocols, and the difference with a 95 % paired bootstrap interval over the poems.
+2. **Poet**: a classifier trained on the training poems of the listed poets only (scikit-learn:
+   TF-IDF of character 1–2-grams, a linear SVM); its accuracy on those poets' held-out poems
+   is the ceiling, the share of `poet=X` samples it attributes to X the figure, and the share
+   of samples without a poet it attributes to X the chance; each averaged over the poets.
+3. **Relevance** (no person needed): the cosine of TF-IDF character 1–2-gram vectors between
+   a condition's text (a title; keywords) and a poem. Given: poems sampled for held-out titles;
+   chance: the same poems against another poem's title; ceiling: the real poems and their titles.
+4. **Keyword hints** (`keywords_forced=false`): the share of poems holding all their keywords
+   (and each keyword) when given as hints only, beside the same sampling without them (chance);
+   keywords are TextRank's two of held-out poems (`data.keywords.poem_keywords`).
+
+Prints a table, writes `benchmarks/results/conditions-cpu.json`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
+from data.corpus_io import iter_corpus  # noqa: E402
+from data.keywords import poem_keywords  # noqa: E402
+from data.verse.plan import clean_title  # noqa: E402
+from data.verse.script import corpus_to_script  # noqa: E402
+from data.windows import IGNORE, PoemWindows, Windows  # noqa: E402
+from model.device import commit  # noqa: E402
+from model.device import describe as machine  # noqa: E402
+from model.loading import load_engine  # noqa: E402
+from model.sampling.conditions import known_poets  # noqa: E402
+from model.sampling.poems import SamplingOptions, sample_poems  # noqa: E402
+
+CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
+
+
+def per_poem_nats(engine, tokens: np.ndarray, unscored: np.ndarray, protocol: str) -> tuple[np.ndarray, np.ndarray]:
+    """(nats, characters) of every poem's scored targets, (n_poems,) float64 each, under a protocol."""
+    block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]
+    windows = PoemWindows(tokens, block, 0, unscored) if protocol == "poems" else Windows.blocks(tokens, block, unscored)
+    starts = np.array([it[0] for it in windows.items] if protocol == "poems" else windows.starts)
+    bos = np.flatnonzero(np.asarray(tokens) == 0)
+    nats, chars = np.zeros(len(bos)), np.zeros(len(bos))
+    counts = np.asarray(engine.tokenizer.char_counts)
+    seen = 0
+    with torch.no_grad():
+        for x, y in DataLoader(windows, batch_size=64):
+            n = engine.model.nats(x, y).double().numpy()  # (B, T)
+            pos = starts[seen:seen + len(x), None] + 1 + np.arange(x.size(1))  # (B, T) the targets' offsets
+            seen += len(x)
+            keep = (y != IGNORE).numpy()
+            poem = np.searchsorted(bos, pos[keep], side="right") - 1
+            np.add.at(nats, poem, n[keep])
+            np.add.at(chars, poem, counts[y.numpy()[keep]])
+    return nats, chars
+
+
+def title_value(engine, samples: int = 2000, seed: int = 0) -> dict:
+    """Goal 1's figure per protocol: bpc given none, given the true title, the difference and its interval."""
+    out = {}
+    for protocol in ("poems", "blocks"):
+        dm = datamodule(protocol, 64, True, engine.conditions["shares"])
+        arrays = {name: dm.tokens(name) for name in ("val", "val_titled")}
+        (n0, c0), (n1, c1) = (per_poem_nats(engine, a, dm.unscored(a), protocol) for a in arrays.values())
+        assert np.allclose(c0, c1), "the two arrays must score the same characters"
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, len(n0), (samples, len(n0)))
+        diffs = (n0[draws].sum(1) - n1[draws].sum(1)) / c0[draws].sum(1) / math.log(2)
+        bpc = [n.sum() / c0.sum() / math.log(2) for n in (n0, n1)]
+        out[protocol] = {"untitled_bpc": round(bpc[0], 4), "titled_bpc": round(bpc[1], 4),
+                         "difference": round(bpc[0] - bpc[1], 4),
+                         "interval_95": [round(float(q), 4) for q in np.percentile(diffs, [2.5, 97.5])],
+                         "poems": len(n0)}
+    return out
+
+
+def heldout(script: str, split: str = "val") -> list[dict]:
+    """The corpus's poems of a split in the model's script (text, title, author)."""
+    poems = [p for p in iter_corpus(CORPUS) if p["split"] == split]
+    conv = {f: corpus_to_script([p[f] for p in poems], script) for f in ("text", "title", "author")}
+    return [{f: conv[f][i] for f in conv} for i in range(len(poems))]
+
+
+def vectorizer(texts):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    return TfidfVectorizer(analyzer="char", ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit(texts)
+
+
+def cosine(vec, a: list[str], b: list[str]) -> float:
+    """The mean cosine of TF-IDF vectors of a[i] and b[i] (the vectors are unit length)."""
+    return float(np.asarray(vec.transform(a).multiply(vec.transform(b)).sum(1)).mean())
+
+
+def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> dict:
+    from sklearn.svm import LinearSVC
+    poets = list(known_poets(engine))
+    rows = [p for p in train if p["author"] in poets]
+    vec = vectorizer([p["text"] for p in rows])
+    clf = LinearSVC(C=0.5).fit(vec.transform([p["text"] for p in rows]), [p["author"] for p in rows])
+    held = [p for p in val if p["author"] in poets]
+    said = clf.predict(vec.transform([p["text"] for p in held]))
+    ceiling = np.mean([np.mean([s == q for s, p in zip(said, held) if p["author"] == q]) for q in poets
+                       if any(p["author"] == q for p in held)])
+    figure, chance = [], []
+    free = sample_poems(engine, SamplingOptions(num_samples=per_poet * 4, seed=1))
+    free_said = clf.predict(vec.transform(free))
+    for k, poet in enumerate(poets):
+        poems = sample_poems(engine, SamplingOptions(num_samples=per_poet, poet=poet, seed=100 + k))
+        figure.append(float(np.mean(clf.predict(vec.transform(poems)) == poet)))
+        chance.append(float(np.mean(free_said == poet)))
+    return {"poets": len(poets), "heldout_poems": len(held), "ceiling": round(float(ceiling), 4),
+            "attributed": round(float(np.mean(figure)), 4), "chance": round(float(np.mean(chance)), 4),
+            "samples_per_poet": per_poet, "ratio_to_ceiling": round(float(np.mean(figure) / ceiling), 4)}
+
+
+def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
+    vec = vectorizer([p["text"] for p in train] + [clean_title(p["title"]) for p in train])
+    titled = [p for p in val if clean_title(p["title"])][:n]
+    titles = [clean_title(p["title"]) for p in titled]
+    poems = [sample_poems(engine, SamplingOptions(num_samples=1, title=t, seed=200 + i))[0] for i, t in enumerate(titles)]
+    untitled = sample_poems(engine, SamplingOptions(num_samples=len(titles), seed=3))
+    other = titles[1:] + titles[:1]
+    return {"titles": len(titles), "given": round(cosine(vec, titles, poems), 4),
+            "chance_other_title": round(cosine(vec, other, poems), 4),
+            "untitled_samples": round(cosine(vec, titles, untitled), 4),
+            "real_poems": round(cosine(vec, titles, [p["text"] for p in titled]), 4),
+            "examples": [{"title": t, "poem": p} for t, p in list(zip(titles, poems))[:5]]}
+
+
+def keyword_hints(engine, val: list[dict], n: int) -> dict:
+    chosen = [(p, poem_keywords(p["text"], 2)) for p in val[:n * 2]]
+    chosen = [(p, k) for p, k in chosen if len(k) == 2][:n]
+    rows = [list(k) for _, k in chosen]
+    hinted = sample_poems(engine, SamplingOptions(num_samples=len(rows), keywords=rows, keywords_forced=False, seed=4))
+    plain = sample_poems(engine, SamplingOptions(num_samples=len(rows), seed=4))
+
+    def shares(poems):
+        return {"all": round(float(np.mean([all(w in p for w in k) for p, k in zip(poems, rows)])), 4),
+                "each": round(float(np.mean([w in p for p, k in zip(poems, rows) for w in k])), 4)}
+    return {"poems": len(rows), "hints": shares(hinted), "chance": shares(plain)}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", default="checkpoints/bench-fixed-time-default")
+    p.add_argument("--per-poet", type=int, default=10)
+    p.add_argument("--titles", type=int, default=200)
+    p.add_argument("--keyword-poems", type=int, default=300)
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = p.parse_args(argv)
+    engine = load_engine(args.ckpt, str(ROOT / "checkpoints"), "cpu")
+    if not known_poets(engine):
+        raise SystemExit(f"{args.ckpt} was trained without conditions (data.conditions)")
+    start = time.perf_counter()
+    result = {"machine": machine(), "commit": commit(), "weights_sha": engine.weights_sha,
+              "title_bpc": title_value(engine)}
+    train, val = heldout(engine.script, "train"), heldout(engine.script)
+    result["relevance"] = title_relevance(engine, train, val, args.titles)
+    result["keyword_hints"] = keyword_hints(engine, val, args.keyword_poems)
+    result["poet"] = poet_figures(engine, train, val, args.per_poet)
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    for protocol, r in result["title_bpc"].items():
+        print(f"{protocol}: val/bpc untitled {r['untitled_bpc']}, titled {r['titled_bpc']}, "
+              f"difference {r['difference']} (95 % {r['interval_95']})")
+    print(json.dumps({k: result[k] for k in ("relevance", "keyword_hints", "poet")}, ensure_ascii=False, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "conditions-cpu.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
