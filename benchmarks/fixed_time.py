@@ -47,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import rootutils  # noqa: E402
 import torch  # noqa: E402
 from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -57,10 +58,12 @@ from model.device import describe as machine  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.gpt import MODEL_FIELDS  # noqa: E402
 from model.loading import load_engine, read_checkpoint  # noqa: E402
+from model.training import runtime  # noqa: E402,F401  (registers the run_name resolver the configs use)
 from model.training.fingerprint import fingerprint  # noqa: E402
 from model.training.lit import LitGPT  # noqa: E402
 from model.training.validation import validation_metrics  # noqa: E402
 
+rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads, as train.py
 CORPUS, CACHE = ROOT / "data" / "corpus" / "tang.jsonl.xz", ROOT / "data" / "cache"
 NANOGPT = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "lr": 1e-3,
            "min_lr": 1e-4, "betas": (0.9, 0.99), "warmup_iters": 100, "weight_decay": 0.1, "grad_clip": 1.0}
