@@ -242,7 +242,7 @@ def per_device(show):
 
 def conditions(res: dict) -> str:
     c = res["conditions-cpu"]
-    rel, kw, p = c["relevance"], c["keyword_hints"], c["poet"]
+    rel, kw, p, pr = c["relevance"], c["keyword_hints"], c["poet"], c["probe_with_title"]
     rows = [[f"`{k}`", n(r["untitled_bpc"], 4), n(r["titled_bpc"], 4), f"{r['difference']:+.4f}",
              f"{r['interval_95'][0]:+.4f} to {r['interval_95'][1]:+.4f}"] for k, r in c["title_bpc"].items()]
     return block(
@@ -255,7 +255,10 @@ def conditions(res: dict) -> str:
         f"hints {kw['chance']['all']:.1%} / {kw['chance']['each']:.1%} (chance).",
         f"Poets ({p['poets']}, {p['samples_per_poet']} poems each): the classifier attributes {p['attributed']:.1%} of "
         f"`poet=X` poems to X, {p['ceiling']:.1%} of X's held-out poems (the ceiling), {p['chance']:.1%} of poems "
-        f"without a poet (chance): {p['ratio_to_ceiling']:.2f} of the ceiling.")
+        f"without a poet (chance): {p['ratio_to_ceiling']:.2f} of the ceiling.",
+        f"The probe 「{pr['probe']}」 after `<题>{pr['title']}`: per layer, the share of its characters' attention on "
+        "the title, and how far their attention over the probe moves (total variation): "
+        + "; ".join(f"L{i} {r['to_title']:.1%}, {r['moved']:.3f}" for i, r in enumerate(pr["layers"])) + ".")
 
 
 RESULTS_BLOCKS = {"fixed-time": fixed_time, "reference": reference, "overhead": overhead, "ddp-step": ddp_step,

@@ -105,7 +105,8 @@ class PoetryDataModule(L.LightningDataModule):
         if not any(self.conditions.values()):
             self.conditions = {}
         if self.conditions and not self.plan_tokens:
-            raise ValueError("data.conditions needs data.plan_tokens=true (the segment goes before the plan)")
+            raise ValueError("data.conditions needs data.plan_tokens=true (the segment goes before the plan); "
+                             "with data.plan_tokens=false add data.conditions=null")
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")

@@ -14,6 +14,7 @@ from tests.conftest import POEMS, ROOT, write_corpus
 SMALL = {
     "python benchmarks/fixed_time.py": [],
     "python benchmarks/fixed_time.py --check-reference": ["--check-reference", "2"],
+    "python benchmarks/fixed_time.py --keep-reference": ["--keep-reference"],
     "python benchmarks/fixed_time.py --quick --variant NAME=OVERRIDES …": [
         "--quick", "--seconds", "3", "--no-reference", "--variant", "wd0=model.optim.weight_decay=0"],
     "python benchmarks/fixed_time.py --overhead 300": ["--overhead", "22"],
@@ -24,6 +25,7 @@ SMALL = {
     "python benchmarks/ablation.py": ["--batch", "2", "--rounds", "1"],
     "python benchmarks/tokenizers.py": ["--minutes", "0", "--encodings"],
     "python benchmarks/mfu.py": ["--model", "tiny", "--device", "cpu", "--batch", "2", "--steps", "2", "--warmup", "1"],
+    "python benchmarks/conditions.py": ["--per-poet", "1", "--titles", "2", "--keyword-poems", "2"],
 }
 """Each documented command → the arguments that make it smallest."""
 
@@ -33,7 +35,7 @@ def documented() -> list[str]:
 
 
 def test_every_documented_command_is_run_here():
-    assert len(documented()) == 10 and set(documented()) == set(SMALL)
+    assert len(documented()) == 12 and set(documented()) == set(SMALL)
 
 
 @pytest.fixture
@@ -71,6 +73,11 @@ def test_fixed_time(command, tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(fixed_time, "nanogpt_reference", lambda max_iters=None, seconds=None: reference(max_iters=2))
     out = tmp_path / "results"
     overrides += [] if "--overhead" in command else CALLBACKS_OFF
+    if "--keep-reference" in command:  # the JSON whose reference rows are kept
+        out.mkdir()
+        kept = {"commit": "abc", "runs": {"default": {}, "nanoGPT configuration, 1× the time": {
+            "iterations": 7, "poems": {"val_bpc": 99.0}, "blocks": {"val_bpc": 99.0}}}}
+        (out / "fixed-time-cpu.json").write_text(json.dumps(kept))
     fixed_time.main([*SMALL[command], "--out", str(out), *(f"--override={o}" for o in overrides)])
     (written,) = out.glob("*.json")
     r = json.loads(written.read_text())
@@ -79,6 +86,10 @@ def test_fixed_time(command, tiny, tmp_path, monkeypatch):
         assert r["reference"]["2"]["iterations"] == 2 and r["reference"]["2"]["nanogpt_val_loss"] == 9.0
     elif "--overhead" in command:
         assert r["lightning_overhead"]["steps"] == 22 and len(r["lightning_overhead"]["lightning_runs_ms"]) == 2
+    elif "--keep-reference" in command:
+        assert list(r["runs"]) == ["default", "nanoGPT configuration, 1× the time"] and r["reference_commit"] == "abc"
+        assert r["runs"]["nanoGPT configuration, 1× the time"]["iterations"] == 7
+        assert r["runs"]["default"]["steps"] == 4 and r["runs"]["default"]["beats_1x_reference"]["poems"]
     elif "--quick" in command:
         assert written.name == "fixed-time-quick-cpu.json" and set(r["runs"]) == {"default: wd0"}
     else:
@@ -124,3 +135,35 @@ def test_tokenizers(tiny, tmp_path):
         "--ranks", str(ranks), "--out", str(tmp_path / "tokenizers.json"))
     counts = json.loads((tmp_path / "tokenizers.json").read_text())["counts"]
     assert counts["char"]["tokens_per_char"] == 1.0 and counts[ranks.name]["tokens_per_char"] > 1.0
+
+
+def test_conditions(tmp_path, monkeypatch):
+    """A tiny model trained with every condition on a corpus whose one poet has enough poems, then every figure."""
+    import lzma
+
+    import train as train_script
+    from benchmarks import conditions
+    from data.verse.poetry import form_of
+    from tests.conftest import make_train_cfg
+
+    corpus = tmp_path / "corpus" / "tang.jsonl.xz"
+    corpus.parent.mkdir()
+    with lzma.open(corpus, "wt", encoding="utf-8") as f:
+        for c in range(30):
+            for i, text in enumerate(POEMS):
+                f.write(json.dumps({"id": f"{c}-{i}", "title": f"春題{i}", "author": "李白", "form": form_of(text),
+                                    "split": "val" if c % 5 == 0 else "train", "text": text}, ensure_ascii=False) + "\n")
+    cfg = make_train_cfg(tmp_path, corpus, monkeypatch)(
+        *CALLBACKS_OFF, "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2", "model.block_size=48",
+        "data.conditions.title=1.0", "data.conditions.poet=1.0", "data.conditions.keywords=0.5")
+    train_script.train(cfg)
+    for module in (conditions, fixed_time):
+        monkeypatch.setattr(module, "CORPUS", corpus)
+    monkeypatch.setattr(fixed_time, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(conditions, "NANOGPT", {**fixed_time.NANOGPT, "block_size": 16})
+    conditions.main([*SMALL["python benchmarks/conditions.py"], "--ckpt", str(tmp_path / "checkpoints" / "test"),
+                     "--out", str(tmp_path / "results")])
+    r = json.loads((tmp_path / "results" / "conditions-cpu.json").read_text())
+    assert set(r["title_bpc"]) == {"poems", "blocks"} and r["poet"]["poets"] == 1 and r["relevance"]["titles"] == 2
+    assert r["title_bpc"]["poems"]["interval_95"][0] <= r["title_bpc"]["poems"]["difference"]
+    assert len(r["probe_with_title"]["layers"]) == cfg.model.n_layer

@@ -48,8 +48,8 @@ class SamplingOptions:
     prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
     qilv | None; keywords: words every poem contains, whole, inside a line, where the model
     chooses (`model.sampling.keywords`; a list, or a string split at `,`/`，`/`、`; or one
-    list per poem, `num_samples` of them), and, for a model trained with conditions, hints in
-    its segment; keywords_forced: false keeps them hints only (nothing forced); title, poet:
+    list per poem, `num_samples` of them); keywords_forced: false gives them as hints in the
+    condition segment instead (a model trained with conditions), nothing forced; title, poet:
     what the poem is written to (a string, or one per poem), for a model trained with conditions
     (`model.sampling.conditions`);
     rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
@@ -159,7 +159,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
                          f"{to_draw} plan token(s)")
     rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
             for row in keyword_rows(opts.keywords, opts.num_samples)]
-    segments = condition_segments(engine, opts.title, opts.poet, rows, True, opts.num_samples)
+    segments = condition_segments(engine, opts.title, opts.poet, rows, not opts.keywords_forced, opts.num_samples)
     if not opts.keywords_forced and any(rows) and not has_conditions(engine):
         raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
                          "(data.conditions); this one was trained without: leave keywords forced")
