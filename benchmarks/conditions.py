@@ -188,11 +188,11 @@ def probe_with_title(engine) -> list[dict]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", default="checkpoints/bench-fixed-time-default")
-    p.add_argument("--per-poet", type=int, default=10)
-    p.add_argument("--titles", type=int, default=200)
-    p.add_argument("--keyword-poems", type=int, default=300)
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--ckpt", default="checkpoints/bench-fixed-time-default", help="the run (default: %(default)s)")
+    p.add_argument("--per-poet", type=int, default=10, help="poems sampled per poet (default: %(default)s)")
+    p.add_argument("--titles", type=int, default=200, help="held-out titles sampled for (default: %(default)s)")
+    p.add_argument("--keyword-poems", type=int, default=300, help="poems given hints (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="the JSON's folder")
     args = p.parse_args(argv)
     engine = load_engine(args.ckpt, str(ROOT / "checkpoints"), "cpu")
     if not known_poets(engine):

@@ -221,3 +221,9 @@ def test_evaluation_sets_of_a_model_with_conditions(engine):
     base = SamplingOptions(num_samples=4, max_new_tokens=40)
     poems, plans, keywords = sample_planned_sets(engine, base, requests, POEMS * 2, ["春曉", "江雪", "相思", "登鸛雀樓"])
     assert all(len(p) == 4 for p in poems.values()) and len(keywords["hints"]["keywords"]) == 4
+
+
+@pytest.mark.parametrize("words", [["明月。"], ["床前明月光疑是地"]])
+def test_keyword_hints_are_checked_as_forced_keywords_are(engine, words):
+    with pytest.raises(ValueError, match="keyword hint"):
+        sample_poems(engine, SamplingOptions(keywords=words, keywords_forced=False))

@@ -35,7 +35,8 @@ def check_title(engine: Engine, title: str) -> str:
     if not title:
         return ""
     if not has_conditions(engine):
-        raise ValueError("title= needs a model trained with titles (data.conditions); this one was trained without")
+        raise ValueError(f"title= needs a model trained with titles (data.conditions); {engine.path or 'this one'} "
+                         "was trained without (ckpt_path= picks another)")
     if bad := "".join(c for c in title if not is_hanzi(c)):
         raise ValueError(f"title={title!r} holds characters a title is not written in: {bad!r} (CJK characters only)")
     if len(title) > MAX_TITLE:
@@ -52,7 +53,8 @@ def check_poet(engine: Engine, poet: str) -> str:
         return ""
     poets = known_poets(engine)
     if not poets:
-        raise ValueError("poet= needs a model trained with poets (data.conditions); this one was trained without")
+        raise ValueError(f"poet= needs a model trained with poets (data.conditions); {engine.path or 'this one'} "
+                         "was trained without (ckpt_path= picks another)")
     try:
         name = engine.to_model_text(poet, "poet")
     except ValueError:

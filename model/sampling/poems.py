@@ -159,6 +159,10 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
                          f"{to_draw} plan token(s)")
     rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
             for row in keyword_rows(opts.keywords, opts.num_samples)]
+    hints = [w for row in rows for w in row] if not opts.keywords_forced else []  # forced: keyword_processor checks
+    if bad := next((w for w in hints if not all(map(is_hanzi, w)) or len(w) > MAX_FREE_LINE), None):
+        raise ValueError(f"the keyword hint {bad!r} is not made of the characters of one line (CJK characters only, "
+                         f"at most {MAX_FREE_LINE})")
     segments = condition_segments(engine, opts.title, opts.poet, rows, not opts.keywords_forced, opts.num_samples)
     if not opts.keywords_forced and any(rows) and not has_conditions(engine):
         raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
