@@ -76,7 +76,8 @@ def test_fixed_time(command, tiny, tmp_path, monkeypatch):
     if "--keep-reference" in command:  # the JSON whose reference rows are kept
         out.mkdir()
         kept = {"commit": "abc", "runs": {"default": {}, "nanoGPT configuration, 1× the time": {
-            "iterations": 7, "poems": {"val_bpc": 99.0}, "blocks": {"val_bpc": 99.0}}}}
+            "iterations": 7, "train_seconds": 5.0, "poems": {"val_bpc": 99.0, "val_loss": 9.0},
+            "blocks": {"val_bpc": 99.0, "val_loss": 9.0}}}}
         (out / "fixed-time-cpu.json").write_text(json.dumps(kept))
     fixed_time.main([*SMALL[command], "--out", str(out), *(f"--override={o}" for o in overrides)])
     (written,) = out.glob("*.json")
