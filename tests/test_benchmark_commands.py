@@ -150,9 +150,10 @@ def test_conditions(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus" / "tang.jsonl.xz"
     corpus.parent.mkdir()
     with lzma.open(corpus, "wt", encoding="utf-8") as f:
-        for c in range(30):
+        for c in range(45):  # two poets, each with ≥ 100 training poems
             for i, text in enumerate(POEMS):
-                f.write(json.dumps({"id": f"{c}-{i}", "title": f"春題{i}", "author": "李白", "form": form_of(text),
+                f.write(json.dumps({"id": f"{c}-{i}", "title": f"靜夜思{i}", "author": "李白杜甫"[i % 2 * 2:][:2],
+                                    "form": form_of(text),
                                     "split": "val" if c % 5 == 0 else "train", "text": text}, ensure_ascii=False) + "\n")
     cfg = make_train_cfg(tmp_path, corpus, monkeypatch)(
         *CALLBACKS_OFF, "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2", "model.block_size=48",
@@ -165,6 +166,6 @@ def test_conditions(tmp_path, monkeypatch):
     conditions.main([*SMALL["python benchmarks/conditions.py"], "--ckpt", str(tmp_path / "checkpoints" / "test"),
                      "--out", str(tmp_path / "results")])
     r = json.loads((tmp_path / "results" / "conditions-cpu.json").read_text())
-    assert set(r["title_bpc"]) == {"poems", "blocks"} and r["poet"]["poets"] == 1 and r["relevance"]["titles"] == 2
+    assert set(r["title_bpc"]) == {"poems", "blocks"} and r["poet"]["poets"] == 2 and r["relevance"]["titles"] == 2
     assert r["title_bpc"]["poems"]["interval_95"][0] <= r["title_bpc"]["poems"]["difference"]
     assert len(r["probe_with_title"]["layers"]) == cfg.model.n_layer

@@ -37,7 +37,7 @@ def test_a_changed_figure_makes_the_check_fail(results, capsys):
     assert "docs/results.md, README.md" in capsys.readouterr().err
     page = report.expected(results)[report.PAGES["results"]]
     d = json.loads((results / "fixed-time-cpu.json").read_text())["runs"]["default"]
-    row = f"| 2,200 | {d['wall_seconds']} | {d['tokens_per_sec']:,} | {d['poems']['val_loss']:.3f} | 7.432 |"
+    row = f"| {d['steps']:,} | {d['wall_seconds']} | {d['tokens_per_sec']:,} | {d['poems']['val_loss']:.3f} | 7.432 |"
     assert "`val/bpc` **7.43**" in page and row in page
 
 
@@ -55,7 +55,8 @@ def test_results_of_the_default_run_measured_on_another_behaviour_fail_the_check
     assert report.outdated(report.load(results), other) == [
         "fixed-time-cpu.json (trains otherwise: schedule)",
         "evaluate-default-cpu.json (other weights than the default run's)",
-        "attention-maps-default-cpu.json (other weights than the default run's)"]
+        "attention-maps-default-cpu.json (other weights than the default run's)",
+        "conditions-cpu.json (other weights than the default run's)"]
     edit(results, "evaluate-default-cpu", lambda d: d.update(weights_sha="0" * 64))
     assert report.outdated(report.load(results), today) == [
         "evaluate-default-cpu.json (other weights than the default run's)"]
@@ -158,11 +159,11 @@ def test_the_readme_caption_says_in_two_sentences_what_the_heads_that_look_at_th
     """Issue 37, item 6: the looking heads off together against the noise, and the largest drop beside it."""
     caption = report.readme_blocks(report.load(results))["caption"]
     assert caption.count(". ") == 1 and caption.endswith(".*") and "nats" not in caption
-    assert "L3H1 and L3H2, are not heads the rhyme needs" in caption
-    assert "by -3.4 points, within the noise (95 % interval -7.7 to +0.8), while without layer 0 it falls by 90.0" in caption
+    assert "L1H1 and L3H0 and L3H2, are not heads the rhyme needs" in caption
+    assert "by -1.9 points, within the noise (95 % interval -6.4 to +2.6), while without layer 0 it falls by 87.4" in caption
 
     def needed(d):  # the looking heads' drop outside the noise
         d["head_effects"]["rhyme"]["free"]["looking heads together"].update(change=-12.5, interval=[-16.0, -9.0])
     edit(results, "attention-maps-default-cpu", needed)
     caption = report.readme_blocks(report.load(results))["caption"]
-    assert "L3H1 and L3H2, are heads the rhyme needs" in caption and "by -12.5 points, outside the noise" in caption
+    assert "L1H1 and L3H0 and L3H2, are heads the rhyme needs" in caption and "by -12.5 points, outside the noise" in caption
