@@ -104,6 +104,7 @@ def heldout(script: str, split: str = "val") -> list[dict]:
 
 
 def vectorizer(texts):
+    """TF-IDF of character 1–2-grams (sublinear tf, min_df 2) fitted on texts: unit-length rows."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     return TfidfVectorizer(analyzer="char", ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit(texts)
 
@@ -114,6 +115,7 @@ def cosine(vec, a: list[str], b: list[str]) -> float:
 
 
 def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> dict:
+    """Goal 3's figures (module docstring, 5.): ceiling, attributed, chance (shares in [0, 1], averaged over poets)."""
     from sklearn.svm import LinearSVC
     poets = list(known_poets(engine))
     rows = [p for p in train if p["author"] in poets]
@@ -136,6 +138,7 @@ def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> d
 
 
 def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
+    """Relevance (module docstring, 3.) of poems sampled for the first n held-out titles: mean cosines in [0, 1]."""
     vec = vectorizer([p["text"] for p in train] + [clean_title(p["title"]) for p in train])
     titled = [p for p in val if clean_title(p["title"])][:n]
     titles = [clean_title(p["title"]) for p in titled]
@@ -150,6 +153,7 @@ def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
 
 
 def keyword_hints(engine, val: list[dict], n: int) -> dict:
+    """Keyword hints (module docstring, 4.) on n held-out poems' two keywords: shares in [0, 1], hinted and chance."""
     chosen = [(p, poem_keywords(p["text"], 2)) for p in val[:n * 2]]
     chosen = [(p, k) for p, k in chosen if len(k) == 2][:n]
     rows = [list(k) for _, k in chosen]

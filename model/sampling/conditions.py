@@ -24,6 +24,7 @@ def known_poets(engine: Engine) -> dict[str, int]:
 
 
 def has_conditions(engine: Engine) -> bool:
+    """Whether the model was trained with condition segments (its tokenizer has the markers)."""
     ids = plan_ids(engine.tokenizer)
     return bool(ids and ids.segments)
 
