@@ -115,7 +115,7 @@ def cosine(vec, a: list[str], b: list[str]) -> float:
 
 
 def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> dict:
-    """Goal 3's figures (module docstring, 5.): ceiling, attributed, chance (shares in [0, 1], averaged over poets)."""
+    """Goal 3's figures (module docstring, 2.): ceiling, attributed, chance (shares in [0, 1], averaged over poets)."""
     from sklearn.svm import LinearSVC
     poets = list(known_poets(engine))
     rows = [p for p in train if p["author"] in poets]
