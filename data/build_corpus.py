@@ -4,6 +4,7 @@
     python data/build_corpus.py path/to/package                 # the extracted tarball
     python data/build_corpus.py path/to/chinese-poetry          # a checkout (folder 全唐诗)
     python data/build_corpus.py chinese-poetry-2.0.1.tgz --dynasty song   # the 全宋诗 beside it
+    python data/build_corpus.py chinese-poetry-2.0.1.tgz --dynasty ci     # the 全宋词 beside them
 
 Reads `poet.<dynasty>.*.json` (traditional script), applies the cleaning rules of
 `data/verse/poetry.py` and the file-level ones below, tags each poem's form, assigns the seeded
@@ -17,6 +18,11 @@ conversion and with punctuation removed (`body_keys`), and a training poem whose
 validation poem's of the same corpus is dropped. The Song files also repeat Tang poems (the same
 text under both dynasties), so the Song corpus is built against the shipped Tang one (`--tang`)
 and a Song poem whose body equals a Tang body (either split) is dropped too.
+
+The 全宋词 (`--dynasty ci`, `songci/ci.song.*.json`, simplified script as published, no ids) gets
+the same rules through `data/verse/ci.py` (its lines also end at 、), an id from its content
+(`ci_id`), its tune's name (`tune_name`) and shape (`shape_of`); it is built against both
+shipped corpora, and a 词 whose body is a Tang or Song poem's is dropped.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from typing import Iterator
 if __package__ in (None, ""):  # run as a script: make `data` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data.corpus_io import load_corpus
+from data.verse.ci import clean_ci, shape_of, tune_name
 from data.verse.poetry import clean_poem, form_of
 from data.verse.script import corpus_to_script
 
@@ -43,7 +50,7 @@ CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 FIRST_SUPPLEMENT_FILE = 50000  # poet.tang.50000.json and later: supplements, mostly notes
 VAL_FRACTION = 0.05
 SPLIT_SEED = 1337
-DYNASTIES = ("tang", "song")
+DYNASTIES = ("tang", "song", "ci")
 _DIR = r"(?:^|/)(?:quantangshi|全唐诗)/"  # npm package / repository checkout
 
 
@@ -133,18 +140,65 @@ def build(source: Path, dynasty: str = "tang", tang: list[dict] | None = None) -
     return poems, stats
 
 
-def drop_leaks(poems: list[dict], tang: list[dict], dropped: Counter) -> list[dict]:
-    """`poems` (in order) less those whose `body_keys` is a `tang` poem's (`tang-duplicate`; the
-    Song corpus, built against the Tang one; [] for the Tang corpus itself) and the training poems
-    whose `body_keys` is a kept validation poem's (`val-duplicate`). Counts go to `dropped`."""
+def drop_leaks(poems: list[dict], tang: list[dict], dropped: Counter, other: str = "tang-duplicate") -> list[dict]:
+    """`poems` (in order) less those whose `body_keys` is a `tang` poem's (counted as `other`;
+    the Song corpus, built against the Tang one, the 词 against both; [] for the Tang corpus
+    itself) and the training poems whose `body_keys` is a kept validation poem's
+    (`val-duplicate`). Counts go to `dropped`."""
     tang_keys = set(body_keys([p["text"] for p in tang]))
     keys = body_keys([p["text"] for p in poems])
     kept = [(p, k) for p, k in zip(poems, keys) if k not in tang_keys]
     val_keys = {k for p, k in kept if p["split"] == "val"}
     out = [p for p, k in kept if p["split"] == "val" or k not in val_keys]
-    dropped.update({k: n for k, n in (("tang-duplicate", len(poems) - len(kept)), ("val-duplicate", len(kept) - len(out)))
+    dropped.update({k: n for k, n in ((other, len(poems) - len(kept)), ("val-duplicate", len(kept) - len(out)))
                     if n})  # only the rules that dropped something are counted
     return out
+
+
+def ci_id(record: dict) -> str:
+    """A 词's id (the source has none): `ci-` and 12 hex digits of the SHA-1 of its author, tune
+    heading and paragraphs as published, so the split is fixed by content."""
+    key = "\x1f".join([record.get("author", ""), record.get("rhythmic", ""), *record.get("paragraphs", [])])
+    return "ci-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def build_ci(source: Path, shi: list[dict]) -> tuple[list[dict], dict]:
+    """Read the 全宋词 at `source` and return (词, stats), built against `shi` (the Tang and Song
+    poems: a 词 whose body is one of theirs is dropped). Each 词: id, title (the source's
+    heading), author, form `ci`, tune (None: lost), shape, split, text (simplified, as published).
+    raises FileNotFoundError if `source` is missing, ValueError if it holds no 词 files."""
+    ci_file = re.compile(r"(?:^|/)songci/ci\.song\.[^/]+\.json$")
+    records = [r for name, raw in _read_source(source) if ci_file.search(name) for r in json.loads(raw)]
+    if not records:
+        raise ValueError(f"no songci/ci.song.*.json files under {source}")
+    dropped: Counter = Counter()
+    poems, seen_bodies = [], set()
+    for record in records:
+        text, reason = clean_ci(record.get("paragraphs") or [])
+        if text is None or text in seen_bodies:
+            dropped[reason or "duplicate"] += 1
+            continue
+        seen_bodies.add(text)
+        poem_id = ci_id(record)
+        poems.append({"id": poem_id, "title": record.get("rhythmic", ""), "author": record.get("author", ""),
+                      "form": "ci", "tune": tune_name(record.get("rhythmic", "")), "shape": shape_of(text),
+                      "split": split_of(poem_id), "text": text})
+    poems = drop_leaks(poems, shi, dropped, other="shi-duplicate")
+    tunes = Counter(p["tune"] for p in poems if p["tune"])
+    stats = {
+        "source_poems": len(records),
+        "kept": len(poems),
+        "dropped": dict(sorted(dropped.items())),
+        "script": "simplified",
+        "tunes": len(tunes),
+        "tunes_100": sum(n >= 100 for n in tunes.values()),
+        "in_tunes_100": sum(n for n in tunes.values() if n >= 100),
+        "tune_lost": sum(p["tune"] is None for p in poems),
+        "renamed": sum("・" in p["title"] for p in poems),
+        "split": dict(Counter(p["split"] for p in poems).most_common()),
+        "characters": sum(len(p["text"]) for p in poems),
+    }
+    return poems, stats
 
 
 def leaks(poems: list[dict]) -> list[tuple[str, str]]:
@@ -176,10 +230,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=CORPUS_DIR, help="output folder (default: data/corpus)")
     parser.add_argument("--dynasty", choices=DYNASTIES, default="tang", help="which poet.<dynasty>.*.json files")
     parser.add_argument("--tang", type=Path, default=CORPUS_DIR / "tang.jsonl.xz",
-                        help="for --dynasty song: the Tang corpus its poems must not repeat")
+                        help="for --dynasty song and ci: the Tang corpus its poems must not repeat")
+    parser.add_argument("--song", type=Path, default=CORPUS_DIR / "song.jsonl.xz",
+                        help="for --dynasty ci: the Song corpus its 词 must not repeat")
     args = parser.parse_args(argv)
-    tang = load_corpus(args.tang) if args.dynasty == "song" else None
-    poems, stats = build(args.source, args.dynasty, tang)
+    if args.dynasty == "ci":
+        poems, stats = build_ci(args.source, load_corpus(args.tang) + load_corpus(args.song))
+    else:
+        poems, stats = build(args.source, args.dynasty, load_corpus(args.tang) if args.dynasty == "song" else None)
     path = write(poems, stats, args.out, args.dynasty)
     print(json.dumps(stats, ensure_ascii=False, indent=2))
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")

@@ -1,0 +1,242 @@
+"""Tunes (词牌) as data: each common tune's templates, derived from the training 词 of the
+shipped corpus (`data/corpus/ci.jsonl.xz`), and the checks of a 词 against them.
+
+A tune's **template** (`Variant`, one per 又一体 kept) is a shape (`data.verse.ci.shape_of`:
+lines, their lengths and closing marks) and, per line, the stanza it is in, whether its last
+character rhymes and in which rhyme segment (a tune may change rhyme: 菩萨蛮 rhymes 仄, 平, 仄, 平
+by couplets), each segment's tone (平韵 or 仄韵), and the 平, 仄 or 中 (either) of every position.
+How each is read from the corpus (`derive`):
+
+- **variants**: the tune's shapes, commonest first, until they hold `COVERAGE` of its training
+  词 (a shape of a single 词 is kept only if needed for that), leaving out fragments (less than
+  half the commonest shape's characters) and shapes whose line ends do not rhyme together;
+- **tones**: 词 of one length share a tune's 体, so tones are read per character position of
+  the 词, whatever its punctuation: a position is 平 (仄) when at least `TONE_SHARE` of the
+  词 of that length with a single-tone character there have a 平 (仄) one, else 中; where fewer
+  than `MIN_EVIDENCE` 词 have that length every position is 中;
+- **rhymes**: a line end rhymes when, in at least `RHYME_SHARE` of the 词 of that length, its
+  character shares a 词林正韵 class (`data.verse.ci.rhyme_classes`) with another line end's;
+  line ends that rhyme with each other that often form a segment, and the segment's tone is
+  the tone of the classes they share most often; the last line end always rhymes (in the
+  segment of the rhyme before it);
+- **stanza break** (上阕/下阕; the source does not mark it): after a rhyming line, at a segment's
+  end when the rhyme changes, where the two halves end with the longest run of equal line
+  lengths (the 下阕 repeats the 上阕's close), at least two lines; ties go to the break nearest
+  the middle; none (one stanza, 单调) when no break has two.
+
+`python -m data.build_tunes` writes them to `tunes.json` beside this file; a test checks the
+shares each template claims against the corpus.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, parse_shape, rhyme_classes, shape_of
+from data.verse.meter import tones as char_tones
+
+TUNES_PATH = Path(__file__).with_name("tunes.json")
+MIN_TUNE = 100
+"""A tune gets templates when the corpus holds at least this many of its 词 (both splits)."""
+COVERAGE = 0.9
+TONE_SHARE = 0.8
+MIN_EVIDENCE = 5
+RHYME_SHARE = 0.5
+EITHER = "中"
+SCRIPT = "simplified"  # the corpus's script (as published)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One template of a tune. shape: `shape_of`'s string; count: training 词 of this shape;
+    stanza: the index of the 下阕's first line (None: one stanza); rhymes: per line, its rhyme
+    segment (index into `segments`) or None; segments: each segment's tone (平 or 仄); tones: per
+    line, one of 平/仄/中 per character."""
+    shape: str
+    count: int
+    stanza: int | None
+    rhymes: tuple[int | None, ...]
+    segments: tuple[str, ...]
+    tones: tuple[str, ...]
+
+    @property
+    def lines(self) -> list[tuple[int, str]]:
+        """[(line length, closing mark)]."""
+        return parse_shape(self.shape)
+
+
+def _body(text: str) -> str:
+    return "".join(c for c in text if c not in CI_LINE_END)
+
+
+def _ends(shape: str) -> list[int]:
+    """The character index (in the 词 without marks) of each line's last character."""
+    ends, at = [], 0
+    for n, _ in parse_shape(shape):
+        at += n
+        ends.append(at - 1)
+    return ends
+
+
+def _position_tones(bodies: list[str]) -> str:
+    """One of 平/仄/中 per character position of equally long bodies (module docstring)."""
+    n = len(bodies[0])
+    if len(bodies) < MIN_EVIDENCE:
+        return EITHER * n
+    table = char_tones("".join(bodies), SCRIPT)
+    out = []
+    for i in range(n):
+        single = [next(iter(t)) for b in bodies if len(t := table[b[i]]) == 1]
+        level = sum(t == LEVEL for t in single) / len(single) if single else 0.5
+        out.append(LEVEL if level >= TONE_SHARE else OBLIQUE if 1 - level >= TONE_SHARE else EITHER)
+    return "".join(out)
+
+
+def _rhyme_segments(bodies: list[str], ends: list[int]) -> tuple[list[int | None], list[str]]:
+    """Per line end its segment (or None) and each segment's tone, from equally long bodies."""
+    classes = rhyme_classes(SCRIPT)
+    shared = defaultdict(Counter)  # (i, j) → Counter of the tone of a shared class, and "n"
+    for b in bodies:
+        cls = [classes.get(b[e], frozenset()) for e in ends]
+        for i in range(len(ends)):
+            for j in range(i + 1, len(ends)):
+                if cls[i] and cls[j]:
+                    shared[i, j]["n"] += 1
+                    common = cls[i] & cls[j]
+                    for tone in {t for _, t in common}:
+                        shared[i, j][tone] += 1 / len({t for _, t in common})
+    linked = {(i, j) for (i, j), c in shared.items()
+              if c["n"] and (c[LEVEL] + c[OBLIQUE]) / c["n"] >= RHYME_SHARE}
+    parent = list(range(len(ends)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, j in sorted(linked):
+        parent[root(j)] = root(i)
+    members = defaultdict(list)
+    for i in range(len(ends)):
+        if any(i in pair for pair in linked):
+            members[root(i)].append(i)
+    if members and not any(len(ends) - 1 in m for m in members.values()):  # a 词 ends on a rhyme:
+        last = max(i for m in members.values() for i in m)  # the nearest segment's
+        members[root(last)].append(len(ends) - 1)
+    order = sorted(members.values(), key=min)
+    segment_of: list[int | None] = [None] * len(ends)
+    tones = []
+    for s, group in enumerate(order):
+        tally = Counter()
+        for i in group:
+            segment_of[i] = s
+            for j in group:
+                if i < j:
+                    tally.update({t: shared[i, j][t] for t in (LEVEL, OBLIQUE)})
+        tones.append(LEVEL if tally[LEVEL] >= tally[OBLIQUE] else OBLIQUE)
+    return segment_of, tones
+
+
+def _stanza(lengths: list[int], rhymes: list[int | None]) -> int | None:
+    """The 下阕's first line (module docstring), or None for one stanza."""
+    changes = len({r for r in rhymes if r is not None}) > 1
+    best = None
+    for b in range(1, len(lengths)):
+        if rhymes[b - 1] is None or (changes and rhymes[b] == rhymes[b - 1]):
+            continue
+        first, second = lengths[:b], lengths[b:]
+        run = 0
+        while run < min(len(first), len(second)) and first[-1 - run] == second[-1 - run]:
+            run += 1
+        score = (run, -abs(sum(first) - sum(second)))
+        if run >= 2 and (best is None or score > best[0]):
+            best = (score, b)
+    return best[1] if best else None
+
+
+def derive(poems: Iterable[dict], min_tune: int = MIN_TUNE) -> dict[str, list[Variant]]:
+    """Tune name → its templates (module docstring), for every tune with at least `min_tune` 词
+    among `poems` (corpus records with `tune`, `shape`, `split`, `text`), from their training 词."""
+    poems = [p for p in poems if p.get("tune")]
+    counts = Counter(p["tune"] for p in poems)
+    out = {}
+    for tune in sorted((t for t, n in counts.items() if n >= min_tune), key=lambda t: (-counts[t], t)):
+        train = [p for p in poems if p["tune"] == tune and p["split"] == "train"]
+        shapes = Counter(p["shape"] for p in train)
+        by_length = defaultdict(list)
+        for p in train:
+            by_length[len(_body(p["text"]))].append(p)
+        variants, held = [], 0
+        commonest = sum(n for n, _ in parse_shape(shapes.most_common(1)[0][0]))
+        for shape, count in shapes.most_common():
+            if held >= COVERAGE * len(train):
+                break
+            lengths = [n for n, _ in parse_shape(shape)]
+            if sum(lengths) < commonest / 2:
+                continue  # a fragment of the tune
+            same = by_length[sum(lengths)]
+            bodies = [_body(p["text"]) for p in same]
+            ends = _ends(shape)
+            rhymes, segments = _rhyme_segments([_body(p["text"]) for p in same if p["shape"] == shape]
+                                               if count >= MIN_EVIDENCE else bodies, ends)
+            if not segments:
+                continue  # no line end rhymes with another: not a template of this tune
+            held += count
+            position_tones = _position_tones(bodies)
+            starts = [e - n + 1 for e, n in zip(ends, lengths)]
+            variants.append(Variant(shape, count, _stanza(lengths, rhymes), tuple(rhymes), tuple(segments),
+                                    tuple(position_tones[s:e + 1] for s, e in zip(starts, ends))))
+        out[tune] = variants
+    return out
+
+
+def write(tunes: dict[str, list[Variant]], path: Path = TUNES_PATH) -> None:
+    """Write `derive`'s templates as JSON (tune → list of variants), one variant a line."""
+    def dump(obj) -> str:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+    tunes_ = [f"{dump(tune)}:[\n" + ",\n".join(dump(asdict(v)) for v in variants) + "]"
+              for tune, variants in tunes.items()]
+    path.write_text("{\n" + ",\n".join(tunes_) + "\n}\n", encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def tunes(path: Path = TUNES_PATH) -> dict[str, tuple[Variant, ...]]:
+    """The shipped templates: tune name → its variants, commonest first."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {tune: tuple(Variant(**{**v, "rhymes": tuple(v["rhymes"]), "segments": tuple(v["segments"]),
+                                   "tones": tuple(v["tones"])}) for v in variants)
+            for tune, variants in data.items()}
+
+
+def variant_of(text: str, tune: str, templates: dict[str, tuple[Variant, ...]] | None = None) -> Variant | None:
+    """The template of `tune` whose shape is the 词's (`shape_of`), or None (another shape, or a
+    tune without templates)."""
+    shape = shape_of(text)
+    return next((v for v in (templates or tunes()).get(tune, ()) if v.shape == shape), None)
+
+
+def rhyme_kept(text: str, variant: Variant) -> tuple[int, int]:
+    """(rhyme positions kept, rhyme positions) of a 词 of `variant`'s shape: in each segment, the
+    positions whose character has the 词林正韵 class of the segment's tone that most of them share."""
+    classes, ends = rhyme_classes(SCRIPT), _ends(variant.shape)
+    body, kept, total = _body(text), 0, 0
+    for s, tone in enumerate(variant.segments):
+        chars = [body[e] for e, r in zip(ends, variant.rhymes) if r == s]
+        tally = Counter(c for ch in chars for c in classes.get(ch, ()) if c[1] == tone)
+        kept += tally.most_common(1)[0][1] if tally else 0
+        total += len(chars)
+    return kept, total
+
+
+def tones_kept(text: str, variant: Variant) -> tuple[int, int]:
+    """(平/仄 positions whose character can have that tone, 平/仄 positions) of a 词 of
+    `variant`'s shape (a polyphonic character fits either; one outside the table fits none)."""
+    body, pattern = _body(text), "".join(variant.tones)
+    table = char_tones(body, SCRIPT)
+    fixed = [(c, t) for c, t in zip(body, pattern) if t != EITHER]
+    return sum(t in table[c] for c, t in fixed), len(fixed)

@@ -1,0 +1,142 @@
+"""词 by 词牌 (issue 39), the data: the 全宋词 corpus (cleaning, ids, tune names, the leakage rule
+against every corpus), 词林正韵's rhyme classes, and the tune templates against the corpus
+shares they claim."""
+import json
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+
+from data.build_corpus import CORPUS_DIR, body_keys, build_ci, ci_id, split_of
+from data.build_tunes import DOC, check, page
+from data.corpus_io import load_corpus
+from data.verse.ci import clean_ci, parse_shape, rhyme_classes, shape_of, tune_name
+from data.verse.rhyme import rhyme_table
+from data.verse.tunes import COVERAGE, EITHER, derive, rhyme_kept, tones_kept, tunes, variant_of
+
+HUANXISHA = "一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"
+
+
+@lru_cache(maxsize=None)
+def corpus(name: str) -> tuple[dict, ...]:
+    return tuple(load_corpus(CORPUS_DIR / f"{name}.jsonl.xz"))
+
+
+def test_cleaning_drops_lost_and_foreign_characters_and_fragments_and_removes_notes():
+    assert clean_ci(["明月几时有（一作「何」），", "把酒问青天。"]) == ("明月几时有，把酒问青天。", "")
+    assert clean_ci(["明月□时有，把酒问青天。"]) == (None, "bad-characters")
+    assert clean_ci(["明月け时有，把酒问青天。"]) == (None, "bad-characters")  # kana in the source
+    assert clean_ci(["六郡酒泉。"]) == (None, "fragment")
+    assert clean_ci(["。"]) == (None, "empty")
+
+
+def test_shapes_cut_lines_at_every_mark_of_a_ci_the_dun_hao_too():
+    assert shape_of("问、青天几时有，把酒。") == "1、5，2。"
+    assert shape_of(HUANXISHA) == "7。7。7。7，7。7。"
+    assert parse_shape("7。7。7。7，7。7。") == [(7, "。")] * 3 + [(7, "，"), (7, "。"), (7, "。")]
+    with pytest.raises(ValueError, match="is not a shape"):
+        parse_shape("七。")
+
+
+@pytest.mark.parametrize("heading, tune", [("浣溪沙", "浣溪沙"), ("酹江月・念奴娇", "念奴娇"),
+                                           ("木兰花・玉楼春", "玉楼春"), ("失调名", None), ("", None)])
+def test_tune_names_are_normalised_to_the_tunes_usual_name(heading, tune):
+    assert tune_name(heading) == tune
+
+
+def test_rhyme_classes_merge_pingshui_groups_into_the_19_bu_and_split_the_half_groups_by_final():
+    classes = rhyme_classes("simplified")
+    assert (3, "平") in classes["回"] and (5, "平") in classes["来"]  # 十灰 split: uei → 3, ai → 5
+    assert classes["魂"] == {(6, "平")} and classes["园"] == {(7, "平")}  # 十三元 split
+    assert classes["东"] == {(1, "平")} and (1, "平") in classes["冬"]  # 东 and 冬 rhyme in 词
+    assert classes["月"] == {(18, "仄")} and (18, "仄") in classes["雪"]  # 入声 月 and 屑: 部 18
+    assert classes["去"] == {(4, "仄")}
+    bus = {b for cls in classes.values() for b, _ in cls}
+    assert bus == set(range(1, 20))
+
+
+def test_the_ci_source_gets_the_rules_an_id_from_its_content_and_the_leakage_rule(tmp_path):
+    songci = tmp_path / "package" / "dist" / "songci"
+    songci.mkdir(parents=True)
+    records = [
+        {"author": "晏殊", "rhythmic": "浣溪沙", "paragraphs": [HUANXISHA]},
+        {"author": "晏殊", "rhythmic": "浣溪沙", "paragraphs": [HUANXISHA]},  # an exact duplicate
+        {"author": "某", "rhythmic": "失调名", "paragraphs": ["明月□时有，把酒问青天。"]},  # lost character
+        {"author": "苏轼", "rhythmic": "酹江月・念奴娇", "paragraphs": ["大江东去，浪淘尽、千古风流人物。"]},
+        {"author": "某", "rhythmic": "失调名", "paragraphs": ["床前明月光，疑是地上霜。"]},  # a Tang body
+    ]
+    (songci / "ci.song.0.json").write_text(json.dumps(records, ensure_ascii=False))
+    (songci / "宋词三百首.json").write_text(json.dumps(records[:1], ensure_ascii=False))  # a selection: not read
+    shi = [{"id": "t", "title": "", "author": "", "form": "wujue", "split": "val",
+            "text": "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。"[:12]}]
+    poems, stats = build_ci(tmp_path / "package", shi)
+    assert [p["tune"] for p in poems] == ["浣溪沙", "念奴娇"]
+    assert poems[1]["title"] == "酹江月・念奴娇" and poems[1]["shape"] == "4，3、6。"
+    assert poems[0]["id"] == ci_id(records[0]) and poems[0]["split"] == split_of(poems[0]["id"])
+    assert stats["dropped"] == {"bad-characters": 1, "duplicate": 1, "shi-duplicate": 1}
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no songci"):
+        build_ci(tmp_path / "empty", shi)
+
+
+def test_the_shipped_ci_corpus_matches_its_stats_and_trains_on_no_validation_body_of_any_corpus():
+    ci = corpus("ci")
+    stats = json.loads((CORPUS_DIR / "ci-stats.json").read_text())
+    assert len(ci) == stats["kept"] == 19689
+    assert Counter(p["split"] for p in ci) == stats["split"]
+    assert all(p["form"] == "ci" and p["shape"] == shape_of(p["text"]) and p["tune"] == tune_name(p["title"])
+               for p in ci)
+    keys = body_keys([p["text"] for p in ci])
+    val = {k for p, k in zip(ci, keys) if p["split"] == "val"}
+    assert not any(k in val for p, k in zip(ci, keys) if p["split"] == "train")
+    shi = {k for name in ("tang", "song") for k in body_keys([p["text"] for p in corpus(name)])}
+    assert not shi & set(keys)  # no 词 body is a Tang or Song poem's, in either split
+
+
+def test_every_tune_with_100_ci_has_templates_holding_the_shares_they_claim():
+    ci, templates = corpus("ci"), tunes()
+    counts = Counter(p["tune"] for p in ci if p["tune"])
+    assert set(templates) == {t for t, n in counts.items() if n >= 100} and len(templates) == 49
+    shapes = Counter((p["tune"], p["shape"]) for p in ci if p["split"] == "train")
+    for tune, variants in templates.items():
+        assert all(v.count == shapes[tune, v.shape] for v in variants), tune
+        train = sum(n for (t, _), n in shapes.items() if t == tune)
+        assert sum(v.count for v in variants) >= COVERAGE * train > sum(v.count for v in variants[:-1]), tune
+        for v in variants:
+            assert [len(t) for t in v.tones] == [n for n, _ in v.lines] == [len(t) for t in v.tones]
+            assert len(v.rhymes) == len(v.lines) and {r for r in v.rhymes if r is not None} == set(range(len(v.segments)))
+            assert v.rhymes[-1] is not None, (tune, v.shape)  # a 词 ends on a rhyme
+
+
+def test_known_tunes_get_the_shape_rhymes_and_stanzas_of_the_ci_pu():
+    t = tunes()
+    huanxisha = t["浣溪沙"][0]
+    assert (huanxisha.shape, huanxisha.stanza, huanxisha.rhymes, huanxisha.segments) == (
+        "7。7。7。7，7。7。", 3, (0, 0, 0, None, 0, 0), ("平",))
+    pusaman = t["菩萨蛮"][0]
+    assert pusaman.segments == ("仄", "平", "仄", "平") and pusaman.rhymes == (0, 0, 1, 1, 2, 2, 3, 3)
+    assert pusaman.stanza == 4
+    assert t["如梦令"][0].stanza is None  # one stanza (单调)
+    assert t["水调歌头"][0].stanza == 9 and t["水调歌头"][0].segments == ("平",)
+    assert variant_of(HUANXISHA, "浣溪沙") == huanxisha
+    # 杯 回 (uei, ei: 部 3) and 台 来 徊 (ai, uai: 部 5): 晏殊 rhymed 灰 whole, the split by final does not
+    assert rhyme_kept(HUANXISHA, huanxisha) == (3, 5)
+    kept, fixed = tones_kept(HUANXISHA, huanxisha)
+    assert fixed == sum(len(line) - line.count(EITHER) for line in huanxisha.tones) and kept / fixed > 0.9
+
+
+def test_the_templates_are_what_the_derivation_gives_for_those_tunes():
+    ci = [p for p in corpus("ci") if p["tune"] in ("浣溪沙", "菩萨蛮", "如梦令")]
+    derived = derive(ci)
+    assert {t: tuple(v) for t, v in derived.items()} == {t: tunes()[t] for t in derived}
+
+
+def test_the_tunes_page_is_generated_from_the_shipped_templates():
+    templates = tunes()
+    assert DOC.read_text(encoding="utf-8") == page(templates, check(list(corpus("ci")), templates))
+
+
+def test_every_pingshui_group_has_a_bu():
+    from data.verse.ci import cilin_table
+
+    assert set(cilin_table()) == set(rhyme_table())
