@@ -108,6 +108,20 @@ def test_keywords_leave_the_rhyme_to_the_model_and_take_a_section_each(lit):
     assert all(min(i for i, line in enumerate(split_lines(p)) if any(w in line for w in KEYWORDS)) < 4 for p in out)
 
 
+def test_a_keyword_the_model_does_not_start_stands_at_a_drawn_slot(lit):
+    """Each poem draws a slot for its keyword (a line of its section, the line's head half the
+    time, else an even position that leaves the line's last character free), so over 200 qijue
+    about half stand at a line's head, every line gets some, and few stand just before the last
+    line's rhyme (the room rule alone put nearly all there); the same seed draws the same slots."""
+    out = poems(lit, 200, keywords=["明月"], form="qijue", seed=3)
+    places = [keyword_places(p, ["明月"])["明月"] for p in out]
+    assert 0.35 <= sum(pos == 0 for _, pos, _ in places) / len(places) <= 0.65
+    assert sum(pos % 2 == 0 for _, pos, _ in places) / len(places) >= 0.9  # slots, not the model's own starts
+    assert all(0.1 <= sum(line == i for line, _, _ in places) / len(places) <= 0.4 for i in range(4))
+    assert sum(line == 3 and pos == 4 for line, pos, _ in places) / len(places) <= 0.15
+    assert poems(lit, 200, keywords=["明月"], form="qijue", seed=3) == out
+
+
 @pytest.mark.parametrize("opts, match", [
     ({"keywords": ["明月X"]}, "X"),
     ({"keywords": ["白日依山盡千"], "form": "wujue"}, "has 6 characters, more than a line of a wujue holds"),

@@ -37,6 +37,7 @@ checked before sampling: `clean_keywords`, `keyword_rows`, `KeywordConstraint.ch
 """
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -92,6 +93,8 @@ class _KeywordRow:
     overtime: bool = False  # free poems: the model would have ended the poem
     planned: KeywordConstraint | None = None  # free poems: the placement of the form its plan names
     shape: _Row | None = None  # free poems: where the poem is in that form, while it keeps it
+    slot: tuple[int, int] | None = None  # (line, position) drawn for the next keyword
+    slot_for: int = -1  # the number of keywords pending when the slot was drawn
 
 
 class KeywordConstraint:
@@ -102,12 +105,14 @@ class KeywordConstraint:
     the same call (its rows give the line, position, patterns and rhyme of each row; it must
     come before this processor), None for free poems; prompt: the text given after `<bos>`
     (and the plan), whose keywords count as written; max_new_tokens: the tokens the poem may
-    take (free poems place their keywords before they run out). Call `check()` before generating.
+    take (free poems place their keywords before they run out); seed: the draws of the slots
+    (module docstring). Call `check()` before generating.
     """
 
     def __init__(self, tokenizer: CharTokenizer, keywords: Sequence[tuple[str, ...]],
-                 poem: PoemConstraint | None = None, prompt: str = "", max_new_tokens: int = 10**9):
+                 poem: PoemConstraint | None = None, prompt: str = "", max_new_tokens: int = 10**9, seed: int = 0):
         self.tok, self.poem, self.prompt, self.max_new_tokens = tokenizer, poem, prompt, max_new_tokens
+        self.rng = random.Random(seed)
         self.start: int | None = None  # the length of the sequence at the first step
         self.after_prompt = _Row()  # where the prompt leaves a poem (with a form or acrostic)
         for c in prompt if poem is not None else "":
@@ -123,6 +128,7 @@ class KeywordConstraint:
         ids = plan_ids(tokenizer)
         self._plan_forms = {i: form for form, i in ids.forms.items()} if ids else {}
         self._all = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
+        self._plan = torch.tensor([tokenizer.is_plan(i) for i in range(tokenizer.vocab_size)])  # (V,) bool
         self._no_eos = self._all.clone()
         self._no_eos[tokenizer.eos_id] = False
         self._no_mark = self._no_eos.clone()
@@ -219,6 +225,31 @@ class KeywordConstraint:
             self._masks[state] = self._mask_of(krow, row, *state[4:8])
         mask, krow.starts = self._masks[state]
         return mask
+
+    def _at_slot(self, krow: _KeywordRow, row: _Row, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """`mask`, or only the first characters of the keywords that may start here when the row
+        is at the slot drawn for its next keyword (module docstring; drawn when it is due)."""
+        if krow.slot_for != len(krow.pending):
+            krow.slot, krow.slot_for = self._draw_slot(krow, row), len(krow.pending)
+        if krow.starts and krow.slot == (row.line, row.pos):
+            return self._only(w[0] for w in krow.starts) | self._plan  # a free poem may be still in its plan
+        return mask
+
+    def _draw_slot(self, krow: _KeywordRow, row: _Row) -> tuple[int, int] | None:
+        """A (line, position) for the row's next keyword: a line of its section from the row's
+        place on, then the line's head (half the time) or another even position where the
+        shortest pending keyword leaves the line's last character free. None: no such slot."""
+        n, n_lines, first = self._n_chars(row), self.poem.n_lines, self.first_line
+        due, shortest = krow.total - len(krow.pending), min(map(len, krow.pending))
+        lines = [line for line in range(max(row.line, first), n_lines)
+                 if (line - first) * krow.total // (n_lines - first) == due]
+        places = {line: [p for p in range(0, n - shortest, 2) if line > row.line or p >= row.pos] for line in lines}
+        lines = [line for line in lines if places[line]]
+        if not lines:
+            return None
+        line = self.rng.choice(lines)
+        head, rest = places[line][0] == 0, places[line][1:] if places[line][0] == 0 else places[line]
+        return line, 0 if head and (not rest or self.rng.random() < 0.5) else self.rng.choice(rest)
 
     def _keyword_chars(self, pending: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
         """(the characters of these keywords, the rhyme groups any of them is in)."""
@@ -319,9 +350,9 @@ class KeywordConstraint:
             if krow.open:
                 masks[b] = self._only(w[krow.written] for w in krow.open)
             elif krow.pending and self.poem is not None:
-                masks[b] = self._form_mask(krow, self.poem.rows[b])
+                masks[b] = self._at_slot(krow, self.poem.rows[b], self._form_mask(krow, self.poem.rows[b]))
             elif krow.pending and krow.shape is not None:  # free, to its plan's form: placed as in that form
-                mask = krow.planned._form_mask(krow, krow.shape)
+                mask = krow.planned._at_slot(krow, krow.shape, krow.planned._form_mask(krow, krow.shape))
                 masks[b] = self._no_eos if mask is None else mask & self._no_eos
             elif krow.pending:
                 if eos_best is None:
@@ -342,7 +373,8 @@ class KeywordConstraint:
         if form not in FORMS:
             return None
         if form not in self._forms:
-            self._forms[form] = KeywordConstraint(self.tok, [], PoemConstraint(self.tok, form), self.prompt)
+            self._forms[form] = KeywordConstraint(self.tok, [], PoemConstraint(self.tok, form), self.prompt,
+                                                  seed=self.rng.randrange(2**31))
         return self._forms[form]
 
     def _advance(self, krow: _KeywordRow, c: str) -> None:

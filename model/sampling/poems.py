@@ -168,7 +168,8 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
                          "(data.conditions); this one was trained without: leave keywords forced")
     if opts.keywords_forced and any(rows):
-        processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw)
+        processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw,
+                                        opts.seed)
     text = tok.encode(prompt)
     drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
     width = max(map(len, segments))  # shorter segments are padded with <eos> in front, where a poem ends
@@ -201,9 +202,9 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
 
 
 def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: PoemConstraint | None,
-                      prompt: str, control: str, max_new_tokens: int) -> list[KeywordConstraint]:
+                      prompt: str, control: str, max_new_tokens: int, seed: int = 0) -> list[KeywordConstraint]:
     """The `KeywordConstraint` forcing each row's keywords (rows: in the model's script; none:
-    []), checked before sampling. raises ValueError for a non-character tokenizer, soft
+    []; seed: its slot draws), checked before sampling. raises ValueError for a non-character tokenizer, soft
     control, a keyword with other than CJK characters, too few tokens, or keywords that cannot
     be placed (`KeywordConstraint.check`)."""
     if not any(rows):
@@ -218,7 +219,7 @@ def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: P
     if needed > max_new_tokens:
         raise ValueError(f"max_new_tokens={max_new_tokens} is too few for these keywords without a form; "
                          f"they need up to {needed}")
-    keywords = KeywordConstraint(tok, rows, constraint, prompt, max_new_tokens)
+    keywords = KeywordConstraint(tok, rows, constraint, prompt, max_new_tokens, seed)
     keywords.check()
     return [keywords]
 
