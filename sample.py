@@ -1,6 +1,7 @@
 """Sample poems from a checkpoint: `python sample.py ckpt_path=checkpoints/<run>/last.ckpt`.
 
-Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, acrostic, keywords,
+Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, tune (a 词 to a
+tune; `tunes=list` lists them), acrostic, keywords,
 keywords_forced, title, poet (`poets=list` lists the model's poets), rhyme, meter, control,
 num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
 seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
+from data.verse.tunes import tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
@@ -49,6 +51,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     checkpoint), ValueError (bad options, a prompt or acrostic outside the vocabulary or not
     fitting the form), BackendUnavailableError — all before any generation.
     """
+    if cfg.tunes == "list":
+        return list_tunes(out)
     opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
     corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
@@ -94,6 +98,14 @@ def list_poets(engine, out) -> list[str]:
     for name, n in poets.items():
         print(f"{name}\t{n}", file=out)
     return list(poets)
+
+
+def list_tunes(out) -> list[str]:
+    """Print the tunes `tune=` takes, one per line: its templates and its commonest shape (docs/tunes.md
+    has them all); returns their names."""
+    for name, variants in tunes().items():
+        print(f"{name}\t{len(variants)}\t{variants[0].shape}", file=out)
+    return list(tunes())
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="sample")

@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, parse_shape, rhyme_classes, shape_of
+from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, parse_shape, rhyme_classes, shape_of, tune_name
 from data.verse.meter import tones as char_tones
 
 TUNES_PATH = Path(__file__).with_name("tunes.json")
@@ -240,3 +240,28 @@ def tones_kept(text: str, variant: Variant) -> tuple[int, int]:
     table = char_tones(body, SCRIPT)
     fixed = [(c, t) for c, t in zip(body, pattern) if t != EITHER]
     return sum(t in table[c] for c, t in fixed), len(fixed)
+
+
+def find_tune(name: str) -> str:
+    """A user's tune name (either script; `A・B` gives B, as the corpus's headings) → the name
+    of its templates. raises ValueError for an unknown tune, with the nearest names."""
+    from difflib import SequenceMatcher
+
+    from data.verse.script import prompt_to_script
+
+    known = tunes()
+    simplified = prompt_to_script(tune_name(name) or name.strip(), "simplified")
+    if simplified in known:
+        return simplified
+    near = sorted(known, key=lambda t: (-SequenceMatcher(None, simplified, t).ratio(), -known[t][0].count))[:3]
+    raise ValueError(f"tune={name} is not one of the {len(known)} tunes with templates (each with ≥ {MIN_TUNE} 词 in "
+                     f"the corpus); nearest: {', '.join(near)}. List them: python sample.py tunes=list")
+
+
+def draw_tunes(n: int, seed: int) -> list[str]:
+    """`n` tunes drawn (seeded) by their share of the corpus (the training 词 their templates hold)."""
+    import random
+
+    known = tunes()
+    names = list(known)
+    return random.Random(seed).choices(names, weights=[sum(v.count for v in known[t]) for t in names], k=n)

@@ -27,16 +27,20 @@ from omegaconf import OmegaConf
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
+from data.verse.tunes import draw_tunes
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.conditions import condition_segments, has_conditions
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 from model.sampling.keywords import MAX_FREE_LINE, KeywordConstraint, keyword_rows
+from model.sampling.tunes import TuneConstraint
 
 RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
 """The sampling recipe (conf/sampling.yaml, the one copy): `SamplingOptions`' defaults, and the
 entry configs' and training callbacks' values, which compose the same file."""
 
+CI = "ci"
+"""The form of a 词 (`tune=`)."""
 CONTROLS = ("hard", "soft", "both")
 """How `form`/`rhyme` are asked for: masks (hard), plan tokens (soft, plan models only), or both."""
 
@@ -54,6 +58,9 @@ class SamplingOptions:
     (`model.sampling.conditions`);
     rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
     character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
+    form `ci` with tune: a 词 to that tune (`model.sampling.tunes`; either script; a tune alone
+    implies form=ci; form=ci alone draws a tune per 词 by its share of the corpus), rhyme and
+    meter then the tune's;
     repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
     temperature 0 = greedy; control: hard | soft | both (module docstring; None: both for a
     model with plan tokens, hard otherwise). Drawn plan tokens count in max_new_tokens.
@@ -71,6 +78,7 @@ class SamplingOptions:
     keywords_forced: bool = True
     title: Any = ""  # str | list[str], one per poem
     poet: Any = ""  # str | list[str], one per poem
+    tune: str = ""
     rhyme: bool = False
     meter: bool = False
     repetition_penalty: float = RECIPE.repetition_penalty
@@ -136,19 +144,29 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     control = resolve_control(opts.control, ids is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
         raise ValueError("acrostic and meter are masks, not plan tokens: use control=hard or control=both")
-    if opts.form is not None and opts.form not in FORMS:
-        raise ValueError(f"unknown form {opts.form!r}; choose one of {', '.join(FORMS)}")
+    form = CI if opts.tune else opts.form
+    if form is not None and form not in (*FORMS, CI):
+        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)} or {CI} (with tune=)")
+    if form == CI and control == "soft":
+        raise ValueError("form=ci keeps a tune by masks; this model has no tune plan tokens: use control=hard or both")
+    if form == CI and opts.keywords_forced and any(keyword_rows(opts.keywords, opts.num_samples)):
+        raise ValueError("keywords are not placed in 词 yet: leave keywords= out with form=ci")
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
-    plan = [ids.forms[opts.form]] if control != "hard" and opts.form else []  # soft form: the prompt's plan
+    plan = [ids.forms["other" if form == CI else form]] if control != "hard" and form else []  # soft form: the plan
     to_draw = PLAN_SLOTS - len(plan) if ids else 0
-    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter)) if ids else None
+    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter) and form != CI) \
+        if ids else None
     if grammar:
         processors.append(grammar)
     constraint = None
-    if control != "soft" and (opts.form or acrostic or opts.rhyme or opts.meter):
-        constraint = PoemConstraint(tok, opts.form, acrostic, opts.rhyme, engine.script, opts.meter)
+    if form == CI:
+        constraint = TuneConstraint(tok, opts.tune or draw_tunes(opts.num_samples, opts.seed), acrostic, opts.rhyme,
+                                    opts.meter, engine.script)
+    elif control != "soft" and (form or acrostic or opts.rhyme or opts.meter):
+        constraint = PoemConstraint(tok, form, acrostic, opts.rhyme, engine.script, opts.meter)
+    if constraint is not None:
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt) + to_draw
         if opts.max_new_tokens < needed:

@@ -1,0 +1,273 @@
+"""Constrained decoding of a 词 to a tune (`form=ci tune=浣溪沙`): a logits processor that keeps
+the tune's template (`data.verse.tunes`), so 100 % of the 词 have it.
+
+A tune has one template or several (又一体: the same tune punctuated or cut differently); the
+processor starts with every template of the tune seen in at least `MIN_EVIDENCE` training 词
+whose marks the vocabulary has, keeps per row the templates the text so far fits, and allows a
+token when one of them allows it:
+- **shape**: each line has its template's length and closing mark, and the 词 ends (`<eos>`)
+  after its last line;
+- `rhyme`: the characters at a segment's rhyme positions share one 词林正韵 class of the
+  segment's tone (`data.verse.ci.rhyme_classes`; the first rhyme picks it, among classes with a
+  character in the vocabulary for every position of the segment) and do not repeat while another
+  is left; a tune that changes rhyme (菩萨蛮) picks a class per segment;
+- `meter`: every position the template fixes (平 or 仄, not 中) takes a character of that tone
+  (a polyphonic character fits either);
+- `acrostic`: line i starts with the acrostic's i-th character (templates with as many lines).
+
+Plan tokens (a model trained with them, the default) are left to the plan, as in
+`model.sampling.constraints`; the sampler gives the plan `<其他>`, the form token of every poem
+that is not one of the four forms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from data.tokenizer import CharTokenizer
+from data.verse.ci import CI_LINE_END, rhyme_classes
+from data.verse.meter import tones
+from data.verse.plan import PLAN_SLOTS, plan_ids
+from data.verse.poetry import is_hanzi
+from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, find_tune, tunes
+from model.sampling.constraints import poem_tokens
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A variant as the processor reads it: marks (body index → the mark after that many
+    characters), line starts, the tone of each position, and each rhyme position's segment."""
+    variant: Variant
+    length: int
+    marks: dict[int, str]
+    starts: tuple[int, ...]
+    tones: str
+    rhyme_at: dict[int, int]
+    sizes: tuple[int, ...]  # positions per segment
+
+
+def _template(v: Variant) -> _Template:
+    marks, starts, rhyme_at, at = {}, [], {}, 0
+    for (n, mark), segment in zip(v.lines, v.rhymes):
+        starts.append(at)
+        at += n
+        marks[at] = mark
+        if segment is not None:
+            rhyme_at[at - 1] = segment
+    sizes = tuple(sum(s == i for s in v.rhymes) for i in range(len(v.segments)))
+    return _Template(v, at, marks, tuple(starts), "".join(v.tones), rhyme_at, sizes)
+
+
+@dataclass
+class _TuneRow:
+    """Where one 词 is: characters so far (marks not counted), whether the mark after them is
+    written, the templates it still fits, and per template the rhyme classes each segment still
+    shares (None: no rhyme yet) and the rhyme characters used."""
+    k: int = 0
+    marked: bool = False
+    live: frozenset[int] = frozenset()
+    classes: dict[int, tuple[frozenset | None, ...]] = field(default_factory=dict)
+    used: frozenset[str] = frozenset()
+    ended: bool = False
+    plan_left: int = 0
+
+
+class TuneConstraint:
+    """Logits processor keeping a tune's template, its rhyme and 平仄 (module docstring).
+
+    tokenizer: the model's CharTokenizer; tune: a tune name (either script, `find_tune`), or one
+    per row; acrostic: in the model's script; script: the model's script. raises ValueError for a
+    non-character tokenizer, an unknown tune (with the nearest names), an acrostic with a line
+    count no template has, or a vocabulary without the template's marks or rhymes.
+    """
+
+    def __init__(self, tokenizer: CharTokenizer, tune: str | Sequence[str], acrostic: str = "", rhyme: bool = False,
+                 meter: bool = False, script: str = "simplified"):
+        if not isinstance(tokenizer, CharTokenizer):
+            raise ValueError("form=ci needs a character-level model (tokenizer=char)")
+        self.tok, self.acrostic, self.rhyme, self.meter = tokenizer, acrostic, rhyme, meter
+        self.row_tunes = [find_tune(t) for t in ([tune] if isinstance(tune, str) else tune)]
+        self.templates: list[_Template] = []
+        self.of_tune: dict[str, frozenset[int]] = {}  # tune → its templates' indices
+        for name in dict.fromkeys(self.row_tunes):
+            first = len(self.templates)
+            self.templates += [_template(v) for v in self._usable(name)]
+            self.of_tune[name] = frozenset(range(first, len(self.templates)))
+        V = tokenizer.vocab_size
+        self.hanzi = torch.tensor([is_hanzi(c) for c in tokenizer.itos])  # (V,) bool
+        chars = [c for c in tokenizer.itos if is_hanzi(c)]
+        self.tones = tones(chars, script)
+        self.tone_masks = {t: torch.tensor([t in self.tones.get(c, ()) for c in tokenizer.itos]) for t in "平仄"}
+        self.classes = {c: cls for c, cls in rhyme_classes(script).items() if c in tokenizer.stoi and is_hanzi(c)}
+        self.class_masks: dict[tuple[int, str], torch.Tensor] = {}  # class → (V,) bool
+        for c, cls in self.classes.items():
+            for k in cls:
+                self.class_masks.setdefault(k, torch.zeros(V, dtype=torch.bool))[tokenizer.stoi[c]] = True
+        if rhyme:
+            need = max(max(t.sizes) for t in self.templates)
+            self.open = {tone: frozenset(k for k, m in self.class_masks.items() if k[1] == tone and m.sum() >= need)
+                         for tone in "平仄"}
+            if not all(self.open[tone] for t in self.templates for tone in t.variant.segments):
+                raise ValueError(f"no 词林正韵 class has {need} characters of the tone {self.tune} rhymes in, "
+                                 "in this vocabulary")
+        self.plan = plan_ids(tokenizer)
+        self.plan_tokens = torch.zeros(V, dtype=torch.bool)
+        if self.plan:
+            self.plan_tokens[self.plan.all] = True
+        self.rows: list[_TuneRow] = []
+        self.consumed = 0
+        self._masks: dict[tuple, torch.Tensor] = {}
+
+    def _usable(self, name: str) -> list[Variant]:
+        """The templates of tune `name` this processor writes (module docstring). raises ValueError
+        if the vocabulary lacks their marks or the acrostic's line count fits none."""
+        variants = tunes()[name]
+        usable = [v for v in variants if (v.count >= MIN_EVIDENCE or v is variants[0])
+                  and all(m in self.tok.stoi for _, m in v.lines)]
+        if not usable:
+            marks = "".join(sorted({m for v in variants for _, m in v.lines} - set(self.tok.stoi)))
+            raise ValueError(f"the vocabulary lacks {marks}, which every template of {name} needs")
+        if self.acrostic:
+            lines = sorted({len(v.lines) for v in usable})
+            usable = [v for v in usable if len(v.lines) == len(self.acrostic)]
+            if not usable:
+                raise ValueError(f"the acrostic {self.acrostic} has {len(self.acrostic)} characters, but {name} has "
+                                 f"{' or '.join(map(str, lines))} lines")
+        return usable
+
+    def max_tokens(self) -> int:
+        """Tokens of the longest template, marks and `<eos>` included (not `<bos>`)."""
+        return max(t.length + len(t.marks) for t in self.templates) + 1
+
+    def _start(self, tune: str) -> _TuneRow:
+        live = self.of_tune[tune]
+        return _TuneRow(live=live, classes={i: (None,) * len(self.templates[i].variant.segments) for i in live},
+                        plan_left=PLAN_SLOTS if self.plan else 0)
+
+    def check_text(self, text: str) -> None:
+        """raises ValueError saying where `text` (a prompt) leaves every template of a tune asked for."""
+        for tune in self.of_tune:
+            row = self._start(tune)
+            row.plan_left = 0
+            for i, c in enumerate(text):
+                if reason := self._advance(row, c):
+                    raise ValueError(f"the prompt {text!r} does not fit {tune} at {c!r} (character {i + 1}): {reason}")
+
+    # --- one template ------------------------------------------------------------------------
+
+    def _expects(self, i: int, row: _TuneRow) -> tuple[str, object]:
+        """What template i allows next: ("mark", m), ("end", None) or ("char", classes|None)."""
+        t = self.templates[i]
+        if row.k in t.marks and not row.marked:
+            return "mark", t.marks[row.k]
+        if row.k == t.length:
+            return "end", None
+        segment = t.rhyme_at.get(row.k) if self.rhyme else None
+        return "char", None if segment is None else (segment, row.classes[i][segment])
+
+    def _char_ok(self, i: int, row: _TuneRow, c: str) -> tuple[bool, str]:
+        t, (kind, rhyme) = self.templates[i], self._expects(i, row)
+        if kind != "char":
+            return False, f"the line ends here with {rhyme}" if kind == "mark" else "the 词 ends here"
+        if not is_hanzi(c):
+            return False, "a character comes here, not a mark"
+        if self.acrostic and row.k in t.starts and c != self.acrostic[t.starts.index(row.k)]:
+            return False, f"the line starts with {self.acrostic[t.starts.index(row.k)]} (acrostic)"
+        tone = t.tones[row.k]
+        if self.meter and tone != EITHER and tone not in self.tones.get(c, ()):
+            return False, f"character {row.k + 1} is {tone} (meter)"
+        if rhyme is not None:
+            segment, shared = rhyme
+            have = self.classes.get(c, frozenset()) & (shared if shared is not None
+                                                       else self.open[t.variant.segments[segment]])
+            if not have:
+                return False, f"character {row.k + 1} rhymes ({t.variant.segments[segment]}韵)"
+        return True, ""
+
+    # --- the processor -----------------------------------------------------------------------
+
+    def _advance(self, row: _TuneRow, c: str) -> str | None:
+        """Move `row` past c; returns why no template allows it, or None."""
+        if c in CI_LINE_END:
+            live = frozenset(i for i in row.live if self._expects(i, row) == ("mark", c))
+            if not live:
+                return "no line of the tune ends here" + ("" if row.k else " (a 词 starts with a character)")
+            row.live, row.marked = live, True
+            row.ended = all(self.templates[i].length == row.k for i in live)
+            return None
+        results = {i: self._char_ok(i, row, c) for i in row.live}
+        live = frozenset(i for i, (ok, _) in results.items() if ok)
+        if not live:
+            return next(why for _, why in results.values())
+        for i in live:
+            t = self.templates[i]
+            if self.rhyme and (segment := t.rhyme_at.get(row.k)) is not None:
+                shared = row.classes[i][segment]
+                have = self.classes[c] & (shared if shared is not None else self.open[t.variant.segments[segment]])
+                row.classes[i] = row.classes[i][:segment] + (have,) + row.classes[i][segment + 1:]
+                row.used = row.used | {c}
+        row.live, row.k, row.marked = live, row.k + 1, False
+        return None
+
+    def _allowed(self, row: _TuneRow) -> torch.Tensor:
+        """(V,) bool: the tokens one of the row's templates allows next (shared: do not modify)."""
+        if row.ended:
+            key = ("ended",)
+        else:
+            key = (row.k, row.marked, row.live, tuple((i, row.classes[i]) for i in sorted(row.live)) if self.rhyme
+                   else (), row.used if self.rhyme else ())
+        if key not in self._masks:
+            self._masks[key] = self._mask_of(row)
+        mask = self._masks[key]
+        return mask | self.plan_tokens if row.plan_left else mask
+
+    def _mask_of(self, row: _TuneRow) -> torch.Tensor:
+        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+        if row.ended:
+            allowed[self.tok.eos_id] = True
+            return allowed
+        for i in row.live:
+            t, (kind, rhyme) = self.templates[i], self._expects(i, row)
+            if kind == "mark":
+                allowed[self.tok.stoi[rhyme]] = True
+                continue
+            if kind == "end":
+                allowed[self.tok.eos_id] = True
+                continue
+            mask = self.hanzi
+            if self.acrostic and row.k in t.starts:
+                mask = torch.zeros_like(mask)
+                mask[self.tok.stoi[self.acrostic[t.starts.index(row.k)]]] = True
+            tone = t.tones[row.k]
+            if self.meter and tone != EITHER:
+                mask = mask & self.tone_masks[tone]
+            if rhyme is not None:
+                segment, shared = rhyme
+                classes = shared if shared is not None else self.open[t.variant.segments[segment]]
+                rhymes = torch.stack([self.class_masks[k] for k in classes]).any(0) & mask
+                fresh = rhymes.clone()
+                fresh[[self.tok.stoi[c] for c in row.used]] = False
+                mask = fresh if fresh.any() else rhymes
+            allowed |= mask
+        return allowed
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
+        if not self.rows:
+            self.rows = [self._start(t) for t in (self.row_tunes * idx.size(0) if len(self.row_tunes) == 1
+                                                  else self.row_tunes)]
+        for row, ids in zip(self.rows, poem_tokens(idx, self.consumed, self.plan)):
+            for i in ids:
+                if i in (self.tok.bos_id, self.tok.eos_id):
+                    continue
+                if self.tok.is_plan(i):
+                    row.plan_left = max(0, row.plan_left - 1)
+                    continue
+                row.plan_left = 0
+                if reason := self._advance(row, self.tok.itos[i]):
+                    raise ValueError(f"a generated token broke the tune: {reason}")  # a bug if seen
+        self.consumed = idx.size(1)
+        allowed = torch.stack([self._allowed(row) for row in self.rows]).to(logits.device)  # (B, V)
+        return logits.masked_fill(~allowed, float("-inf"))

@@ -1,0 +1,97 @@
+"""Writing to a tune (issue 39, goal 3) with a tiny random model over the 词's characters: every
+词 keeps its tune's template (lines, marks, rhyme, 平仄) by masks, long tunes whole, and what
+cannot be written is refused before sampling."""
+import io
+from itertools import islice
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from data.build_corpus import CORPUS_DIR
+from data.corpus_io import iter_corpus
+from data.tokenizer import CharTokenizer
+from data.verse.tunes import draw_tunes, rhyme_kept, tones_kept, tunes, variant_of
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.training.lit import LitGPT
+
+OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}
+
+
+@pytest.fixture(scope="module")
+def lit():
+    """An untrained model (block 96) over the characters of 3,000 词 (simplified script)."""
+    torch.manual_seed(0)
+    texts = [p["text"] for p in islice(iter_corpus(CORPUS_DIR / "ci.jsonl.xz"), 3000)]
+    tok = CharTokenizer.from_texts(texts)
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    return LitGPT(model, OPTIM, tok.state_dict(), script="simplified").eval()
+
+
+def ci(lit, n, **kw):
+    return sample_poems(lit.engine, SamplingOptions(num_samples=n, temperature=1.0, top_k=None,
+                                                    **{"max_new_tokens": 200, **kw}))
+
+
+def kept(poems, tune):
+    """(share matching a template, rhyme positions kept / all, 平仄 positions kept / all)."""
+    variants = [variant_of(p, tune) for p in poems]
+    rhyme = [rhyme_kept(p, v) for p, v in zip(poems, variants) if v]
+    tones = [tones_kept(p, v) for p, v in zip(poems, variants) if v]
+    return (sum(map(bool, variants)) / len(poems), sum(a for a, _ in rhyme) / sum(b for _, b in rhyme),
+            sum(a for a, _ in tones) / sum(b for _, b in tones))
+
+
+@pytest.mark.parametrize("tune", ["浣溪沙", "菩萨蛮", "水调歌头"])
+def test_every_ci_keeps_its_tunes_template_rhyme_and_tones_by_masks(lit, tune):
+    """水调歌头 (95 characters and 19 marks) is longer than the model's block: written whole."""
+    poems = ci(lit, 12, tune=tune, rhyme=True, meter=True, seed=1)
+    assert kept(poems, tune) == (1.0, 1.0, 1.0)
+    shape_only = ci(lit, 12, tune=tune, seed=1)
+    assert kept(shape_only, tune)[0] == 1.0 and kept(shape_only, tune)[1] < 1.0  # rhyme is the masks' doing
+
+
+def test_the_same_ci_with_and_without_the_kv_cache(lit):
+    opts = {"tune": "菩萨蛮", "rhyme": True, "meter": True, "seed": 2}
+    assert ci(lit, 6, **opts) == ci(lit, 6, use_cache=False, **opts)
+
+
+def test_form_ci_alone_draws_a_tune_per_ci_by_its_share(lit):
+    poems = ci(lit, 8, form="ci", rhyme=True, seed=5)
+    drawn = draw_tunes(8, 5)
+    assert len(set(drawn)) > 1 and all(variant_of(p, t) for p, t in zip(poems, drawn))
+    assert draw_tunes(2000, 0).count("浣溪沙") > draw_tunes(2000, 0).count("长相思")  # 776 词 against 106
+
+
+def test_an_acrostic_and_a_prompt_with_a_tune(lit):
+    poems = ci(lit, 6, tune="浣溪沙", acrostic="春夏秋冬风花", rhyme=True, seed=3)
+    assert all([line[0] for line in p.replace("。", "，").split("，") if line] == list("春夏秋冬风花") for p in poems)
+    assert all(p.startswith("一曲新词酒一杯。") for p in ci(lit, 4, tune="浣溪沙", prompt="一曲新词酒一杯。", seed=3))
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"tune": "浣溪纱"}, "nearest: 浣溪沙"),
+    ({"tune": "浣溪沙", "acrostic": "春夏秋冬风"}, "has 5 characters, but 浣溪沙 has 6 lines"),
+    ({"tune": "浣溪沙", "prompt": "一曲新词，"}, "does not fit 浣溪沙 at '，'"),
+    ({"tune": "浣溪沙", "keywords": ["明月"]}, "keywords are not placed in 词 yet"),
+    ({"form": "cii"}, "unknown form 'cii'"),
+    ({"tune": "水调歌头", "max_new_tokens": 100}, "too few for this poem"),
+])
+def test_what_cannot_be_written_to_a_tune_is_refused_before_sampling(lit, opts, match):
+    with pytest.raises(ValueError, match=match):
+        ci(lit, 2, **opts)
+
+
+def test_a_tune_name_in_traditional_script_works(lit):
+    poems = ci(lit, 2, tune="菩薩蠻", seed=4)
+    assert all(variant_of(p, "菩萨蛮") for p in poems)
+
+
+def test_sample_py_lists_the_tunes_without_a_checkpoint():
+    from sample import sample
+
+    cfg = OmegaConf.create({"tunes": "list"})
+    out = io.StringIO()
+    names = sample(cfg, out)
+    assert names == list(tunes()) and len(names) == 49
+    assert out.getvalue().splitlines()[0] == "浣溪沙\t1\t7。7。7。7，7。7。"
