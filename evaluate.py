@@ -28,8 +28,11 @@ from data.datamodule import PoetryDataModule
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
+from model.inspection.ci_metrics import format_ci_table
 from model.inspection.evaluation import (
+    ci_sets,
     is_char_model,
+    is_ci,
     is_plan_model,
     sample_and_measure,
     sample_requests,
@@ -75,8 +78,15 @@ def evaluate(cfg: DictConfig) -> dict:
           f"{'val/bpc' if cfg.val_bpc else 'no validation'}: minutes on a CPU …", file=sys.stderr, flush=True)
 
     corpora = PoetryDataModule.corpora_options(engine.corpora, Path(cfg.data.corpus_path).parent)
-    samples, plans, rows, seconds, keywords = sample_and_measure(engine, opts, requests, cfg.data.corpus_path, cfg.reference,
-                                                       corpora.get("train_corpora", ()))
+    ci_requests = {name: fields for name, fields in requests.items() if is_ci(fields)}
+    samples, plans, rows, seconds, keywords = sample_and_measure(
+        engine, opts, {name: fields for name, fields in requests.items() if name not in ci_requests},
+        cfg.data.corpus_path, cfg.reference, corpora.get("train_corpora", ()))
+    ci_poems, ci_rows = {}, {}
+    if ci_requests:
+        start = time.perf_counter()
+        ci_poems, ci_rows = ci_sets(engine, opts, ci_requests, cfg.reference)
+        seconds["ci"] = time.perf_counter() - start
     val = {}
     if cfg.val_bpc:
         start = time.perf_counter()
@@ -98,6 +108,7 @@ def evaluate(cfg: DictConfig) -> dict:
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),
               **({"keywords": keywords} if keywords else {}),
+              **({"ci_rows": ci_rows, "ci_poems": ci_poems} if ci_rows else {}),
               "json": str(out_dir / "evaluate.json")}
     _write_json(Path(report["json"]), report)
     return report
@@ -120,6 +131,10 @@ def main(cfg: DictConfig) -> None:
         print("where the keywords stand (shares of the keywords found; beside each set, the held-out poems they "
               "came from):")
         print(format_placement(report["keywords"]["placement"]))
+    if "ci_rows" in report:
+        print(f"词 to a tune (model/inspection/ci_metrics.py; the human row: {cfg.reference} held-out 词 of the tunes "
+              "with templates):")
+        print(format_ci_table(report["ci_rows"]))
     if report["val"]:
         print("  ".join(f"{k} {v:.4f}" for k, v in report["val"].items() if k != "step"))
     print(f"wrote {report['json']} ({', '.join(f'{k} {v:.1f} s' for k, v in report['seconds'].items())})")

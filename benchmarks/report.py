@@ -19,6 +19,7 @@ from benchmarks.attention import tables as attention_tables
 from benchmarks.ddp_step import table as ddp_table
 from benchmarks.markdown import n, table
 from data.verse.plan import poem_rhyme_groups
+from model.inspection.ci_metrics import format_ci_table
 from model.inspection.head_effects import format_effects
 from model.inspection.poem_metrics import format_placement, format_table
 from model.inspection.rhyme_heads import finding, format_study
@@ -153,12 +154,18 @@ def sampling(res: dict, device: str = "cpu") -> str:
     s = res[f"sampling-{device}"]
     keywords = [[f"`{r['set']}`", n(r["batch"]), n(r["tokens_per_sec"]), n(r["keywords_tokens_per_sec"]),
                  f"{r['ratio']:.2f}×"] for r in s.get("keyword_rows", [])]
+    tunes = [[r["tune"], n(r["batch"]), n(r["tokens"]), n(r["free_tokens_per_sec"]), n(r["tune_tokens_per_sec"]),
+              f"{r['ratio']:.2f}×"] for r in s.get("tune_rows", [])]
     return block(res, f"sampling-{device}", ["model", "batch", "new tokens", "no cache, tokens/s", "KV cache, tokens/s",
                                              "ratio"],
                  [[f"`{r['model']}`", n(r["batch"]), n(r["new_tokens"]), n(r["no_cache_tokens_per_sec"]),
                    n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]],
                  *([f"With `keywords=[{','.join(s['keywords'])}]` (`tiny`, KV cache, alternated):",
-                    table(["set", "batch", "tokens/s", "+ keywords, tokens/s", "ratio"], keywords)] if keywords else []))
+                    table(["set", "batch", "tokens/s", "+ keywords, tokens/s", "ratio"], keywords)] if keywords else []),
+                 *(["To a tune with every mask (`tune=… rhyme=true meter=true`) against free sampling of as many tokens "
+                    "(`tiny`, KV cache, alternated):",
+                    table(["tune", "batch", "tokens", "free, tokens/s", "tune, tokens/s", "ratio"], tunes)]
+                   if tunes else []))
 
 
 def mfu(res: dict, device: str = "cpu") -> str:
@@ -187,7 +194,9 @@ def evaluation(res: dict) -> str:
         f"(`reference`); {val or 'no validation pass'}; {n(sum(e['seconds'].values()))} s in all.",
         machine_line("evaluate-default-cpu", e.get("machine", f"device {e['device']}")),
         fenced(format_table(e["rows"])), *filter(None, [free_samples(e)]),
-        *([f"Where keywords stand:\n\n{fenced(format_placement(e['keywords']['placement']))}"] if "keywords" in e else [])])
+        *([f"Where keywords stand:\n\n{fenced(format_placement(e['keywords']['placement']))}"] if "keywords" in e else []),
+        *([f"词 to a tune (the human row: {e['settings']['reference']} held-out 词 of the tunes with templates; "
+           f"[evaluation](evaluation.md#词-sets)):\n\n{fenced(format_ci_table(e['ci_rows']))}"] if "ci_rows" in e else [])])
 
 
 def free_samples(e: dict, k: int = 5) -> str:

@@ -13,7 +13,10 @@ and with the cache. Prints a table of tokens per second (batch × steps ÷ secon
 ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/sampling/keywords.py`):
 for the `tiny` model with the cache, batches 16 and 300 (evaluate.py's), each poetry-control set
 with and without the keywords, the two alternated `--repeats` times: tokens per second and the
-ratio (keywords ÷ none). Writes everything to a JSON file.
+ratio (keywords ÷ none). Then the cost of writing to a tune (`tune=`, `model/sampling/tunes.py`,
+every mask on: `rhyme=true meter=true`) for a short and two long tunes (longer than the `tiny`
+block: the cache is re-filled), against free sampling of as many tokens, the same way. Writes
+everything to a JSON file.
 """
 from __future__ import annotations
 
@@ -43,13 +46,17 @@ KEYWORDS = ["明月", "故乡"]
 CONTROL_SETS = {"wujue": {"form": "wujue"}, "qilv+rhyme": {"form": "qilv", "rhyme": True},
                 "wulv+meter": {"form": "wulv", "meter": True}, "qijue+acrostic": {"form": "qijue", "acrostic": "春夏明月"}}
 """The sets whose speed is compared with and without KEYWORDS."""
+TUNES = ("浣溪沙", "水调歌头", "沁园春")
+"""The tunes whose speed with every mask is compared with free sampling: the commonest, and two
+longer than the tiny model's block (95 and 114 characters)."""
 
 
 def model_of(name: str, device: str) -> Engine:
     """A randomly initialised model of conf/model/<name>.yaml's size over VOCAB ids (the line
     marks and CJK ideographs from U+4E00), eval mode, on device."""
     cfg = OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")
-    chars = LINE_END + "".join(chr(0x4E00 + i) for i in range(VOCAB - 2 - len(LINE_END)))
+    marks = LINE_END + "、"  # 、 ends lines in some tunes' templates
+    chars = marks + "".join(chr(0x4E00 + i) for i in range(VOCAB - 2 - len(marks)))
     tok = CharTokenizer(chars)
     torch.manual_seed(0)
     return Engine(GPT(GPTConfig(vocab_size=tok.vocab_size, **{k: cfg[k] for k in FIELDS})).to(device).eval(), tok)
@@ -99,6 +106,32 @@ def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict
     return rows
 
 
+def tune_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
+    """Tokens per second of each of TUNES with `rhyme` and `meter` (KV cache, seed 0) and of free
+    sampling of as many tokens, the two timed in turn `repeats` times after a warm-up; prints a row
+    per tune and batch."""
+    rows = []
+    print(f"\n{'tune':15} {'batch':>5} {'tokens':>6} {'free tok/s':>10} {'tune tok/s':>10} {'ratio':>6}")
+    for batch in batches:
+        for tune in TUNES:
+            masked = SamplingOptions(num_samples=batch, seed=0, tune=tune, rhyme=True, meter=True)
+            n = sample_steps(engine, masked)  # warm-up, and the tokens the 词 takes
+            opts = {True: masked, False: SamplingOptions(num_samples=batch, seed=0, max_new_tokens=n)}
+            steps = {False: sample_steps(engine, opts[False]), True: n}
+            times = {False: [], True: []}
+            for _ in range(repeats):
+                for key, o in opts.items():
+                    t0 = time.perf_counter()
+                    sample_steps(engine, o)
+                    times[key].append(time.perf_counter() - t0)
+            rate = {key: batch * steps[key] / statistics.median(times[key]) for key in opts}
+            rows.append({"tune": tune, "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
+                         "tune_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
+            print(f"{tune:15} {batch:5d} {n:6d} {rate[False]:10.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×",
+                  flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -129,12 +162,14 @@ def main() -> None:
                   f"{r['cache_tokens_per_sec']:15.0f} {r['ratio']:5.1f}×", flush=True)
 
     keyword_rows = keyword_costs(model_of("tiny", args.device), args.keyword_batches, args.repeats)
+    tune_rows = tune_costs(model_of("tiny", args.device), args.keyword_batches, args.repeats)
     out = Path(str(args.out).format(device=args.device))
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = describe(args.device)
     meta = {"device": args.device, "machine": machine, "threads": torch.get_num_threads(), "torch": torch.__version__}
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**meta, "rows": rows, "keywords": KEYWORDS, "keyword_rows": keyword_rows}, indent=2))
+    tmp.write_text(json.dumps({**meta, "rows": rows, "keywords": KEYWORDS, "keyword_rows": keyword_rows,
+                               "tune_rows": tune_rows}, indent=2))
     tmp.replace(out)  # never a half-written file
     print(f"wrote {out}")
 

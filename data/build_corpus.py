@@ -164,8 +164,9 @@ def ci_id(record: dict) -> str:
 
 def build_ci(source: Path, shi: list[dict]) -> tuple[list[dict], dict]:
     """Read the 全宋词 at `source` and return (词, stats), built against `shi` (the Tang and Song
-    poems: a 词 whose body is one of theirs is dropped). Each 词: id, title (the source's
-    heading), author, form `ci`, tune (None: lost), shape, split, text (simplified, as published).
+    poems: a 词 whose body is one of theirs is dropped). Each 词: id, title (its tune's name, "" if
+    lost: what a model trained with titles reads), heading (the source's), author, form `ci`, tune
+    (None: lost), shape, split, text (simplified, as published).
     raises FileNotFoundError if `source` is missing, ValueError if it holds no 词 files."""
     ci_file = re.compile(r"(?:^|/)songci/ci\.song\.[^/]+\.json$")
     records = [r for name, raw in _read_source(source) if ci_file.search(name) for r in json.loads(raw)]
@@ -180,8 +181,9 @@ def build_ci(source: Path, shi: list[dict]) -> tuple[list[dict], dict]:
             continue
         seen_bodies.add(text)
         poem_id = ci_id(record)
-        poems.append({"id": poem_id, "title": record.get("rhythmic", ""), "author": record.get("author", ""),
-                      "form": "ci", "tune": tune_name(record.get("rhythmic", "")), "shape": shape_of(text),
+        tune = tune_name(record.get("rhythmic", ""))
+        poems.append({"id": poem_id, "title": tune or "", "heading": record.get("rhythmic", ""),
+                      "author": record.get("author", ""), "form": "ci", "tune": tune, "shape": shape_of(text),
                       "split": split_of(poem_id), "text": text})
     poems = drop_leaks(poems, shi, dropped, other="shi-duplicate")
     tunes = Counter(p["tune"] for p in poems if p["tune"])
@@ -194,7 +196,7 @@ def build_ci(source: Path, shi: list[dict]) -> tuple[list[dict], dict]:
         "tunes_100": sum(n >= 100 for n in tunes.values()),
         "in_tunes_100": sum(n for n in tunes.values() if n >= 100),
         "tune_lost": sum(p["tune"] is None for p in poems),
-        "renamed": sum("・" in p["title"] for p in poems),
+        "renamed": sum("・" in p["heading"] for p in poems),
         "split": dict(Counter(p["split"] for p in poems).most_common()),
         "characters": sum(len(p["text"]) for p in poems),
     }

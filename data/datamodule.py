@@ -42,6 +42,8 @@ from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
 
 log = logging.getLogger(__name__)
+SIMPLIFIED_CORPORA = ("ci.jsonl.xz",)
+"""Corpora published in simplified script (the others are traditional, converted with OpenCC)."""
 
 CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
 TOKENIZER_KINDS = ("char", "tiktoken")
@@ -95,6 +97,9 @@ class PoetryDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.plan_tokens = bool(plan_tokens)
         self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
+        if script != "simplified" and (ci := [p.name for p in self.train_paths if p.name in SIMPLIFIED_CORPORA]):
+            raise ValueError(f"{ci[0]} (the 词) is in simplified script only and has no traditional text: "
+                             f"train it with data.script=simplified")
         self.mid_poem_fraction = float(mid_poem_fraction)
         if not 0 <= self.mid_poem_fraction < 1:
             raise ValueError(f"data.mid_poem_fraction={mid_poem_fraction} is not in [0, 1)")

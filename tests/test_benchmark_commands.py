@@ -113,6 +113,8 @@ def test_attention_sampling_and_ablation(tmp_path):
     assert "unavailable" in attention["layer"][1]["flash"] and set(attention["train_step_ms"]) == {"tiny"}
     sampling = json.loads((tmp_path / "sampling.json").read_text())
     assert [(r["model"], r["batch"]) for r in sampling["rows"]] == [("tiny", 1)]
+    assert [(r["tune"], r["batch"]) for r in sampling["tune_rows"]] == [("浣溪沙", 1), ("水调歌头", 1), ("沁园春", 1)]
+    assert all(r["tokens"] > 40 and r["ratio"] > 0 for r in sampling["tune_rows"])
     ablation = json.loads((tmp_path / "ablation.json").read_text())
     assert ablation["batch"] == 2 and ablation["rows"][0]["ratio"] == 1.0
 

@@ -71,7 +71,7 @@ def test_the_ci_source_gets_the_rules_an_id_from_its_content_and_the_leakage_rul
             "text": "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。"[:12]}]
     poems, stats = build_ci(tmp_path / "package", shi)
     assert [p["tune"] for p in poems] == ["浣溪沙", "念奴娇"]
-    assert poems[1]["title"] == "酹江月・念奴娇" and poems[1]["shape"] == "4，3、6。"
+    assert poems[1]["heading"] == "酹江月・念奴娇" and poems[1]["title"] == "念奴娇" and poems[1]["shape"] == "4，3、6。"
     assert poems[0]["id"] == ci_id(records[0]) and poems[0]["split"] == split_of(poems[0]["id"])
     assert stats["dropped"] == {"bad-characters": 1, "duplicate": 1, "shi-duplicate": 1}
     (tmp_path / "empty").mkdir()
@@ -84,8 +84,8 @@ def test_the_shipped_ci_corpus_matches_its_stats_and_trains_on_no_validation_bod
     stats = json.loads((CORPUS_DIR / "ci-stats.json").read_text())
     assert len(ci) == stats["kept"] == 19689
     assert Counter(p["split"] for p in ci) == stats["split"]
-    assert all(p["form"] == "ci" and p["shape"] == shape_of(p["text"]) and p["tune"] == tune_name(p["title"])
-               for p in ci)
+    assert all(p["form"] == "ci" and p["shape"] == shape_of(p["text"]) and p["tune"] == tune_name(p["heading"])
+               and p["title"] == (p["tune"] or "") for p in ci)
     keys = body_keys([p["text"] for p in ci])
     val = {k for p, k in zip(ci, keys) if p["split"] == "val"}
     assert not any(k in val for p, k in zip(ci, keys) if p["split"] == "train")
@@ -140,3 +140,27 @@ def test_every_pingshui_group_has_a_bu():
     from data.verse.ci import cilin_table
 
     assert set(cilin_table()) == set(rhyme_table())
+
+
+def test_a_tang_and_ci_data_module_plans_each_ci_as_other_and_refuses_traditional_script(tmp_path):
+    import lzma
+
+    from data.datamodule import PoetryDataModule
+    from data.verse.plan import plan_ids
+    from tests.conftest import write_corpus
+
+    tang = write_corpus(tmp_path / "corpus" / "tang.jsonl.xz")
+    ci = tmp_path / "corpus" / "ci.jsonl.xz"
+    with lzma.open(ci, "wt", encoding="utf-8") as f:
+        for c in range(10):
+            f.write(json.dumps({"id": f"ci-{c}", "title": "浣溪沙", "heading": "浣溪沙", "author": "晏殊", "form": "ci",
+                                "tune": "浣溪沙", "shape": shape_of(HUANXISHA), "split": "val" if c % 5 == 0 else "train",
+                                "text": HUANXISHA}, ensure_ascii=False) + "\n")
+    dm = PoetryDataModule(str(tang), str(tmp_path / "cache"), block_size=64, train_corpora=[str(tang), str(ci)],
+                          also_validate={"ci": str(ci)}, plan_tokens=True)
+    assert dm.meta["val_ci"]["poems"] == 2 and set(HUANXISHA) <= set(dm.tokenizer.stoi)
+    ids = plan_ids(dm.tokenizer)
+    first = [int(i) for i in dm.tokens("val_ci")[:3]]  # <bos>, the form token, the rhyme token
+    assert first[1] == ids.forms["other"]
+    with pytest.raises(ValueError, match="ci.jsonl.xz .* simplified script only .* data.script=simplified"):
+        PoetryDataModule(str(tang), str(tmp_path / "cache"), script="traditional", train_corpora=[str(tang), str(ci)])

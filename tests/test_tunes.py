@@ -12,8 +12,11 @@ from data.build_corpus import CORPUS_DIR
 from data.corpus_io import iter_corpus
 from data.tokenizer import CharTokenizer
 from data.verse.tunes import draw_tunes, rhyme_kept, tones_kept, tunes, variant_of
+from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_scores, heldout_ci
+from model.inspection.evaluation import ci_sets, is_ci, sample_requests
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.lit import LitGPT
+from tests.test_ci import HUANXISHA
 
 OPTIM = {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 1, "min_lr_ratio": 0.1}
 
@@ -95,3 +98,28 @@ def test_sample_py_lists_the_tunes_without_a_checkpoint():
     names = sample(cfg, out)
     assert names == list(tunes()) and len(names) == 49
     assert out.getvalue().splitlines()[0] == "浣溪沙\t1\t7。7。7。7，7。7。"
+
+
+def test_ci_figures_of_held_out_ci_and_of_a_line_cut_short():
+    held = heldout_ci(60)
+    real = ci_metrics([t for t, _ in held], [u for _, u in held], "simplified", ci_training_lines())
+    assert real["n"] == 60 and real["format"] > 0.9 and real["match"] > 0.8
+    assert real["rhyme"] > 0.85 and real["tones"] > 0.9 and real["copy"] < 0.2
+    broken = HUANXISHA.replace("夕阳西下几时回。", "夕阳西下回。")  # line 3 of 6 has 5 characters, not 7
+    assert format_scores(broken, "浣溪沙") == pytest.approx((5 / 6, 5 / 6))
+    figures = ci_metrics([broken], ["浣溪沙"], "simplified", frozenset())
+    assert figures["match"] == 0.0 and figures["rhyme"] is None and figures["format"] == pytest.approx(5 / 6)
+    in_traditional = "一曲新詞酒一杯。去年天氣舊亭臺。夕陽西下幾時回。無可奈何花落去，似曾相識燕歸來。小園香徑獨徘徊。"
+    traditional = ci_metrics([in_traditional], ["浣溪沙"], "traditional", frozenset())
+    assert traditional["match"] == 1.0 and traditional["tones"] == ci_metrics([HUANXISHA], ["浣溪沙"], "simplified",
+                                                                              frozenset())["tones"]
+
+
+def test_the_evaluation_ci_sets_keep_their_tunes_by_masks(lit):
+    requests = sample_requests(["ci"], [])
+    assert len(requests) == 16 and list(requests)[:4] == ["ci", "浣溪沙", "浣溪沙+rhyme", "浣溪沙+meter"]
+    assert all(is_ci(fields) for fields in requests.values()) and not is_ci({"form": "wujue"})
+    base = SamplingOptions(num_samples=4, seed=0, temperature=1.0, top_k=None, max_new_tokens=200)
+    poems, rows = ci_sets(lit.engine, base, {k: requests[k] for k in ("ci", "菩萨蛮+meter")}, 20)
+    assert [rows["菩萨蛮+meter"][m] for m in ("format", "match", "rhyme", "tones")] == [1.0] * 4
+    assert rows["ci"]["match"] == 1.0 and rows["human (held-out)"]["n"] == 20 and len(poems["ci"]) == 4

@@ -85,13 +85,14 @@ def rhyme_of(text: str, script: str) -> str | None:
 
 
 def poem_plan(text: str, form: str, script: str) -> tuple[str, str]:
-    """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`).
+    """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`; a 词's,
+    `ci`, plans `<其他>`: its tune is its title).
     `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
     (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
-    if form not in FORM_LABELS:
-        raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}")
+    if form not in FORM_LABELS and form != "ci":
+        raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}, ci")
     group = rhyme_of(text, script)
-    return FORM_LABELS[form], NO_RHYME if group is None else rhyme_label(group)
+    return FORM_LABELS.get(form, FORM_LABELS["other"]), NO_RHYME if group is None else rhyme_label(group)
 
 
 class HasPlanTokens(Protocol):

@@ -25,18 +25,24 @@ from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
 from data.verse.poetry import FORMS
+from data.verse.tunes import draw_tunes
 from model.engine import Engine
+from model.inspection.ci_metrics import ci_metrics, ci_training_lines, heldout_ci
 from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
 from model.sampling.conditions import known_poets
 from model.sampling.constraints import PoemConstraint
 from model.sampling.keywords import KeywordConstraint
 from model.sampling.poems import SamplingOptions, poem_text, read_plans, sample_ids
 
-SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions")
+SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", "ci")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
 (each with the sampler's default control), and with rhyme as plan tokens only (`soft`);
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
-`conditions`: free poems for held-out titles, for each poet in turn, with keyword hints."""
+`conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
+each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
+with rhyme, with rhyme and meter (measured by `model.inspection.ci_metrics`, beside held-out 词)."""
+CI_TUNES = ("浣溪沙", "水调歌头", "鹧鸪天", "菩萨蛮", "念奴娇")
+"""The five commonest tunes of the corpus: the `ci` kind's sets."""
 HELD_OUT = "held-out"
 """A request's `keywords` or `title` that stands for each poem's own: the keywords (`draw_keywords`) or
 the title of a held-out poem."""
@@ -81,7 +87,36 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     if "conditions" in kinds and conditions_model:
         requests.update(title={"title": HELD_OUT}, poet={"poet": EVERY_POET},
                         hints={"keywords": HELD_OUT, "keywords_forced": False})
+    if "ci" in kinds and char_model:
+        requests["ci"] = {"form": "ci"}
+        for tune in CI_TUNES:
+            requests.update({tune: {"tune": tune}, f"{tune}+rhyme": {"tune": tune, "rhyme": True},
+                             f"{tune}+meter": {"tune": tune, "rhyme": True, "meter": True}})
     return requests
+
+
+def is_ci(fields: dict) -> bool:
+    """Whether a request asks for 词 (measured by `ci_sets`, not `evaluation_rows`)."""
+    return fields.get("form") == "ci" or bool(fields.get("tune"))
+
+
+def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_reference: int
+            ) -> tuple[dict[str, list[str]], dict[str, dict]]:
+    """The 词 requests (`is_ci`) sampled with `base` (tunes drawn as the sampler draws them for
+    `form=ci` alone) and measured by `ci_metrics` beside `n_reference` held-out 词 (the REFERENCE
+    row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
+    poems, tune_names = {}, {}
+    for name, fields in requests.items():
+        rows = sample_ids(engine, replace(base, **fields))
+        poems[name] = [poem_text(engine.tokenizer, row) for row in rows]
+        tune_names[name] = [fields["tune"]] * base.num_samples if fields.get("tune") else \
+            draw_tunes(base.num_samples, base.seed)
+    held = heldout_ci(n_reference)
+    lines = ci_training_lines()
+    n_distinct = base.num_samples
+    rows = {REFERENCE: ci_metrics([t for t, _ in held], [u for _, u in held], "simplified", lines, n_distinct)}
+    rows.update({name: ci_metrics(poems[name], tune_names[name], engine.script, lines, n_distinct) for name in poems})
+    return poems, rows
 
 
 def draw_keywords(engine: Engine, fields: dict, sources: Sequence[str], n: int, k: int = 2

@@ -128,7 +128,7 @@ class KeywordConstraint:
         ids = plan_ids(tokenizer)
         self._plan_forms = {i: form for form, i in ids.forms.items()} if ids else {}
         self._all = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
-        self._plan = torch.tensor([tokenizer.is_plan(i) for i in range(tokenizer.vocab_size)])  # (V,) bool
+        self._plan = torch.arange(tokenizer.vocab_size) >= tokenizer.plan_start  # (V,) bool: the plan tokens
         self._no_eos = self._all.clone()
         self._no_eos[tokenizer.eos_id] = False
         self._no_mark = self._no_eos.clone()

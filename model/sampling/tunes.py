@@ -22,6 +22,7 @@ that is not one of the four forms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
 import torch
@@ -60,6 +61,22 @@ def _template(v: Variant) -> _Template:
     return _Template(v, at, marks, tuple(starts), "".join(v.tones), rhyme_at, sizes)
 
 
+@lru_cache(maxsize=8)
+def _vocabulary_tables(tok: CharTokenizer, script: str) -> tuple:
+    """(hanzi (V,) bool, character → tones, tone → (V,) bool, character → 词林正韵 classes, class →
+    (V,) bool) of a vocabulary: built once per tokenizer (shared tensors: do not modify)."""
+    V = tok.vocab_size
+    hanzi = torch.tensor([is_hanzi(c) for c in tok.itos])  # (V,) bool
+    char_tones = tones((c for c in tok.itos if is_hanzi(c)), script)
+    tone_masks = {t: torch.tensor([t in char_tones.get(c, ()) for c in tok.itos]) for t in "平仄"}
+    classes = {c: cls for c, cls in rhyme_classes(script).items() if c in tok.stoi and is_hanzi(c)}
+    class_masks: dict[tuple[int, str], torch.Tensor] = {}
+    for c, cls in classes.items():
+        for k in cls:
+            class_masks.setdefault(k, torch.zeros(V, dtype=torch.bool))[tok.stoi[c]] = True
+    return hanzi, char_tones, tone_masks, classes, class_masks
+
+
 @dataclass
 class _TuneRow:
     """Where one 词 is: characters so far (marks not counted), whether the mark after them is
@@ -96,15 +113,7 @@ class TuneConstraint:
             self.templates += [_template(v) for v in self._usable(name)]
             self.of_tune[name] = frozenset(range(first, len(self.templates)))
         V = tokenizer.vocab_size
-        self.hanzi = torch.tensor([is_hanzi(c) for c in tokenizer.itos])  # (V,) bool
-        chars = [c for c in tokenizer.itos if is_hanzi(c)]
-        self.tones = tones(chars, script)
-        self.tone_masks = {t: torch.tensor([t in self.tones.get(c, ()) for c in tokenizer.itos]) for t in "平仄"}
-        self.classes = {c: cls for c, cls in rhyme_classes(script).items() if c in tokenizer.stoi and is_hanzi(c)}
-        self.class_masks: dict[tuple[int, str], torch.Tensor] = {}  # class → (V,) bool
-        for c, cls in self.classes.items():
-            for k in cls:
-                self.class_masks.setdefault(k, torch.zeros(V, dtype=torch.bool))[tokenizer.stoi[c]] = True
+        self.hanzi, self.tones, self.tone_masks, self.classes, self.class_masks = _vocabulary_tables(tokenizer, script)
         if rhyme:
             need = max(max(t.sizes) for t in self.templates)
             self.open = {tone: frozenset(k for k, m in self.class_masks.items() if k[1] == tone and m.sum() >= need)
@@ -119,6 +128,7 @@ class TuneConstraint:
         self.rows: list[_TuneRow] = []
         self.consumed = 0
         self._masks: dict[tuple, torch.Tensor] = {}
+        self._class_unions: dict[frozenset, torch.Tensor] = {}
 
     def _usable(self, name: str) -> list[Variant]:
         """The templates of tune `name` this processor writes (module docstring). raises ValueError
@@ -212,16 +222,29 @@ class TuneConstraint:
         return None
 
     def _allowed(self, row: _TuneRow) -> torch.Tensor:
-        """(V,) bool: the tokens one of the row's templates allows next (shared: do not modify)."""
+        """(V,) bool: the tokens one of the row's templates allows next (shared: do not modify).
+        Masks are kept per state (position, templates, the classes of the rhyme due here); at a
+        rhyme the characters the row has rhymed with are then taken out while others are left."""
         if row.ended:
             key = ("ended",)
         else:
-            key = (row.k, row.marked, row.live, tuple((i, row.classes[i]) for i in sorted(row.live)) if self.rhyme
-                   else (), row.used if self.rhyme else ())
+            due = tuple((i, row.classes[i][s]) for i in sorted(row.live)
+                        if (s := self.templates[i].rhyme_at.get(row.k)) is not None) if self.rhyme else ()
+            key = (row.k, row.marked, row.live, due)
         if key not in self._masks:
             self._masks[key] = self._mask_of(row)
         mask = self._masks[key]
+        if not row.ended and row.used and key[3]:
+            fresh = mask.clone()
+            fresh[[self.tok.stoi[c] for c in row.used]] = False
+            mask = fresh if fresh.any() else mask  # repeat a rhyme only if nothing else is left
         return mask | self.plan_tokens if row.plan_left else mask
+
+    def _rhymes(self, classes: frozenset) -> torch.Tensor:
+        """(V,) bool: the characters of any of these 词林正韵 classes."""
+        if classes not in self._class_unions:
+            self._class_unions[classes] = torch.stack([self.class_masks[k] for k in classes]).any(0)
+        return self._class_unions[classes]
 
     def _mask_of(self, row: _TuneRow) -> torch.Tensor:
         allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
@@ -245,11 +268,7 @@ class TuneConstraint:
                 mask = mask & self.tone_masks[tone]
             if rhyme is not None:
                 segment, shared = rhyme
-                classes = shared if shared is not None else self.open[t.variant.segments[segment]]
-                rhymes = torch.stack([self.class_masks[k] for k in classes]).any(0) & mask
-                fresh = rhymes.clone()
-                fresh[[self.tok.stoi[c] for c in row.used]] = False
-                mask = fresh if fresh.any() else rhymes
+                mask = mask & self._rhymes(shared if shared is not None else self.open[t.variant.segments[segment]])
             allowed |= mask
         return allowed
 
