@@ -74,11 +74,13 @@ PROTOCOLS = ("poems", "blocks")
 
 
 def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False,
-               conditions: dict | None = None) -> PoetryDataModule:
+               conditions: dict | None = None, corpora: dict | None = None) -> PoetryDataModule:
     """The default data (simplified script, characters), prepared, with the given validation windows
-    (and plan tokens and condition shares, for a model trained with them)."""
+    (and plan tokens, condition shares and corpora, `PoetryDataModule.corpora_record`, for a model
+    trained with them: the Tang validation stays the reference)."""
     dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows,
-                          plan_tokens=plan_tokens, conditions=conditions)
+                          plan_tokens=plan_tokens, conditions=conditions,
+                          **PoetryDataModule.corpora_options(corpora, CORPUS.parent))
     dm.prepare_data()
     return dm
 
@@ -90,7 +92,8 @@ def score(engine: Engine, protocols=PROTOCOLS) -> dict:
     out = {}
     for protocol in protocols:
         block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's
-        dm = datamodule(protocol, block, bool(engine.tokenizer.plan), (engine.conditions or {}).get("shares"))
+        dm = datamodule(protocol, block, bool(engine.tokenizer.plan), (engine.conditions or {}).get("shares"),
+                        engine.corpora)
         metrics = validation_metrics(engine, dm)
         out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
     return out

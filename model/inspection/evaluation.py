@@ -40,7 +40,9 @@ SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions",
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
 `conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
 each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
-with rhyme, with rhyme and meter (measured by `model.inspection.ci_metrics`, beside held-out 词)."""
+with rhyme, with rhyme and meter; for a model trained with conditions also without masks, the tune
+given as the title (`浣溪沙+title`: how a `data=tang+ci` model learns tunes) (measured by
+`model.inspection.ci_metrics` against the tune, beside held-out 词)."""
 CI_TUNES = ("浣溪沙", "水调歌头", "鹧鸪天", "菩萨蛮", "念奴娇")
 """The five commonest tunes of the corpus: the `ci` kind's sets."""
 HELD_OUT = "held-out"
@@ -92,12 +94,18 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         for tune in CI_TUNES:
             requests.update({tune: {"tune": tune}, f"{tune}+rhyme": {"tune": tune, "rhyme": True},
                              f"{tune}+meter": {"tune": tune, "rhyme": True, "meter": True}})
+    if "ci" in kinds and conditions_model:  # no masks: the tune named as the title, as a 词 model is trained
+        requests.update({f"{tune}+title": {"title": tune, MEASURED_AS: tune} for tune in CI_TUNES})
     return requests
+
+
+MEASURED_AS = "measured_as"
+"""A request field (not a sampling option) naming the tune its free poems are measured against."""
 
 
 def is_ci(fields: dict) -> bool:
     """Whether a request asks for 词 (measured by `ci_sets`, not `evaluation_rows`)."""
-    return fields.get("form") == "ci" or bool(fields.get("tune"))
+    return fields.get("form") == "ci" or bool(fields.get("tune")) or MEASURED_AS in fields
 
 
 def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_reference: int
@@ -107,10 +115,10 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
     row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
     poems, tune_names = {}, {}
     for name, fields in requests.items():
-        rows = sample_ids(engine, replace(base, **fields))
+        rows = sample_ids(engine, replace(base, **{k: v for k, v in fields.items() if k != MEASURED_AS}))
         poems[name] = [poem_text(engine.tokenizer, row) for row in rows]
-        tune_names[name] = [fields["tune"]] * base.num_samples if fields.get("tune") else \
-            draw_tunes(base.num_samples, base.seed)
+        tune = fields.get("tune") or fields.get(MEASURED_AS)
+        tune_names[name] = [tune] * base.num_samples if tune else draw_tunes(base.num_samples, base.seed)
     held = heldout_ci(n_reference)
     lines = ci_training_lines()
     n_distinct = base.num_samples
