@@ -83,6 +83,18 @@ def seconds(fn, device: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+def alternated_rates(engine: Engine, opts: dict, steps: dict, batch: int, repeats: int) -> dict:
+    """Tokens per second (batch × steps ÷ median seconds) of each of `opts` (key → SamplingOptions,
+    warmed up; `steps`: the steps each takes), the options timed in turn `repeats` times."""
+    times = {key: [] for key in opts}
+    for _ in range(repeats):
+        for key, o in opts.items():
+            t0 = time.perf_counter()
+            sample_steps(engine, o)
+            times[key].append(time.perf_counter() - t0)
+    return {key: batch * steps[key] / statistics.median(times[key]) for key in opts}
+
+
 def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
     """Tokens per second of each CONTROL_SETS set with and without KEYWORDS (KV cache, seed 0),
     the two timed in turn `repeats` times after a warm-up; prints a row per set and batch."""
@@ -93,13 +105,7 @@ def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict
             opts = {kw: SamplingOptions(num_samples=batch, seed=0, keywords=KEYWORDS if kw else (), **fields)
                     for kw in (False, True)}
             steps = {kw: sample_steps(engine, o) for kw, o in opts.items()}  # warm-up, and the steps taken
-            times = {False: [], True: []}
-            for _ in range(repeats):
-                for kw, o in opts.items():
-                    t0 = time.perf_counter()
-                    sample_steps(engine, o)
-                    times[kw].append(time.perf_counter() - t0)
-            rate = {kw: batch * steps[kw] / statistics.median(times[kw]) for kw in opts}
+            rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"set": name, "batch": batch, "tokens_per_sec": rate[False],
                          "keywords_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
             print(f"{name:15} {batch:5d} {rate[False]:9.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×", flush=True)
@@ -118,13 +124,7 @@ def tune_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
             n = sample_steps(engine, masked)  # warm-up, and the tokens the 词 takes
             opts = {True: masked, False: SamplingOptions(num_samples=batch, seed=0, max_new_tokens=n)}
             steps = {False: sample_steps(engine, opts[False]), True: n}
-            times = {False: [], True: []}
-            for _ in range(repeats):
-                for key, o in opts.items():
-                    t0 = time.perf_counter()
-                    sample_steps(engine, o)
-                    times[key].append(time.perf_counter() - t0)
-            rate = {key: batch * steps[key] / statistics.median(times[key]) for key in opts}
+            rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"tune": tune, "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
                          "tune_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
             print(f"{tune:15} {batch:5d} {n:6d} {rate[False]:10.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×",
