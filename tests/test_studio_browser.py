@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from data.verse.ci import shape_of
 from data.verse.poetry import LINE_END
 from model.loading import load_engine
 from model.sampling.poems import SamplingOptions, sample_poems
@@ -158,6 +159,13 @@ def test_keywords_typed_in_their_field_stand_in_the_poem(page, studio):
     page, _, errors = page
     run = write(page, prompt="", form="wujue", acrostic="", keywords="明月，白日")
     assert "明月" in run["poem"] and "白日" in run["poem"] and errors == []
+
+
+def test_a_tune_picked_from_its_list_gives_a_ci_of_its_shape(page, studio):
+    page, _, errors = page
+    assert page.eval_on_selector_all("#tunes option", "os => os.length") == 49
+    run = write(page, prompt="", form="", acrostic="", keywords="", tune="菩萨蛮", max_new_tokens=80)
+    assert shape_of(run["poem"]) == "7。7。5。5。5。5。5。5。" and errors == []
 
 
 def test_a_head_switched_off_on_its_card_writes_the_next_poem_without_it(page, studio):

@@ -30,14 +30,17 @@ shares each template claims against the corpus.
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, parse_shape, rhyme_classes, shape_of, tune_name
 from data.verse.meter import tones as char_tones
+from data.verse.script import prompt_to_script
 
 TUNES_PATH = Path(__file__).with_name("tunes.json")
 MIN_TUNE = 100
@@ -245,10 +248,6 @@ def tones_kept(text: str, variant: Variant) -> tuple[int, int]:
 def find_tune(name: str) -> str:
     """A user's tune name (either script; `A・B` gives B, as the corpus's headings) → the name
     of its templates. raises ValueError for an unknown tune, with the nearest names."""
-    from difflib import SequenceMatcher
-
-    from data.verse.script import prompt_to_script
-
     known = tunes()
     simplified = prompt_to_script(tune_name(name) or name.strip(), "simplified")
     if simplified in known:
@@ -260,8 +259,6 @@ def find_tune(name: str) -> str:
 
 def draw_tunes(n: int, seed: int) -> list[str]:
     """`n` tunes drawn (seeded) by their share of the corpus (the training 词 their templates hold)."""
-    import random
-
     known = tunes()
     names = list(known)
     return random.Random(seed).choices(names, weights=[sum(v.count for v in known[t]) for t in names], k=n)

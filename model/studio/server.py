@@ -5,7 +5,7 @@ serves it with uvicorn, one process, no database):
 - `GET /`: the page, `studio.html` with the attention view's style and script inlined
   (`model.inspection.attention_view.assets`): nothing comes from the network.
 - `GET /options[?ckpt_path=…]`: the options' defaults (`SamplingOptions`), the forms, the
-  controls, the colour scale, and the checkpoint's path and model shape, or `error`: the
+  tunes (`tune=`), the controls, the colour scale, and the checkpoint's path and model shape, or `error`: the
   one-line message why there is none.
 - `POST /generate`: a JSON object of `OPTIONS`, `ckpt_path` (null: the default), `ablate` (heads
   to switch off, `["L3H1", …]`, `model.ablation`) and `ablate_mode` (zero | mean) → 400
@@ -55,6 +55,7 @@ from starlette.routing import Route
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS
+from data.verse.tunes import tunes
 from model.ablation import MODES
 from model.cli import USER_ERRORS
 from model.engine import Engine, Step
@@ -260,7 +261,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
 
     async def options(request: Request) -> Response:
         defaults = SamplingOptions()
-        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": list(FORMS),
+        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": list(FORMS), "tunes": list(tunes()),
                 "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
         try:
             engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))
