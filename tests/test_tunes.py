@@ -78,6 +78,7 @@ def test_an_acrostic_and_a_prompt_with_a_tune(lit):
     ({"tune": "浣溪沙", "prompt": "一曲新词，"}, "does not fit 浣溪沙 at '，'"),
     ({"tune": "浣溪沙", "keywords": ["明月"]}, "keywords are not placed in 词 yet"),
     ({"form": "cii"}, "unknown form 'cii'"),
+    ({"tune": "浣溪沙", "form": "qijue"}, "writes a 词 \\(form=ci\\), not a qijue"),
     ({"tune": "水调歌头", "max_new_tokens": 100}, "too few for this poem"),
 ])
 def test_what_cannot_be_written_to_a_tune_is_refused_before_sampling(lit, opts, match):

@@ -144,6 +144,8 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     control = resolve_control(opts.control, ids is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
         raise ValueError("acrostic and meter are masks, not plan tokens: use control=hard or control=both")
+    if opts.tune and opts.form not in (None, CI):
+        raise ValueError(f"tune={opts.tune} writes a 词 (form=ci), not a {opts.form}: leave form= out or set form=ci")
     form = CI if opts.tune else opts.form
     if form is not None and form not in (*FORMS, CI):
         raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)} or {CI} (with tune=)")
