@@ -127,3 +127,11 @@ def test_the_evaluation_ci_sets_keep_their_tunes_by_masks(lit):
     poems, rows = ci_sets(lit.engine, base, {k: requests[k] for k in ("ci", "菩萨蛮+meter")}, 20)
     assert [rows["菩萨蛮+meter"][m] for m in ("format", "match", "rhyme", "tones")] == [1.0] * 4
     assert rows["ci"]["match"] == 1.0 and rows["human (held-out)"]["n"] == 20 and len(poems["ci"]) == 4
+
+
+def test_a_vocabulary_without_enough_rhymes_is_refused_in_one_line(lit):
+    from model.sampling.tunes import TuneConstraint
+
+    tok = CharTokenizer.from_texts(["春花秋月何时了，往事知多少。"])
+    with pytest.raises(ValueError, match="no 词林正韵 class has .* characters of the tone 浣溪沙 rhymes in"):
+        TuneConstraint(tok, "浣溪沙", rhyme=True)  # five rhymes of one class: this vocabulary has none

@@ -119,8 +119,8 @@ class TuneConstraint:
             self.open = {tone: frozenset(k for k, m in self.class_masks.items() if k[1] == tone and m.sum() >= need)
                          for tone in "平仄"}
             if not all(self.open[tone] for t in self.templates for tone in t.variant.segments):
-                raise ValueError(f"no 词林正韵 class has {need} characters of the tone {self.tune} rhymes in, "
-                                 "in this vocabulary")
+                raise ValueError(f"no 词林正韵 class has {need} characters of the tone {'、'.join(self.of_tune)} "
+                                 "rhymes in, in this vocabulary")
         self.plan = plan_ids(tokenizer)
         self.plan_tokens = torch.zeros(V, dtype=torch.bool)
         if self.plan:
