@@ -126,7 +126,8 @@ def main(cfg: DictConfig) -> None:
           f"{n} poems per sample set, {cfg.reference} held-out human poems; "
           f"distinct-n over {n} poems of each row; percentages of the poems, regulated poems, lines or pairs "
           "(see model/inspection/poem_metrics.py)")
-    print(format_table(report["rows"]))
+    if len(report["rows"]) > 1 or "ci_rows" not in report:  # sets=[ci] alone: only the 词 table
+        print(format_table(report["rows"]))
     if "keywords" in report:
         print("where the keywords stand (shares of the keywords found; beside each set, the held-out poems they "
               "came from):")

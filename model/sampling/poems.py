@@ -152,7 +152,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if form == CI and control == "soft":
         raise ValueError("form=ci keeps a tune by masks; this model has no tune plan tokens: use control=hard or both")
     if form == CI and opts.keywords_forced and any(keyword_rows(opts.keywords, opts.num_samples)):
-        raise ValueError("keywords are not placed in 词 yet: leave keywords= out with form=ci")
+        raise ValueError("keywords are not placed in 词 yet: leave keywords= out when writing to a tune")
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
