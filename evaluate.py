@@ -34,6 +34,7 @@ from model.inspection.evaluation import (
     is_char_model,
     is_ci,
     is_plan_model,
+    is_tunes_model,
     sample_and_measure,
     sample_requests,
 )
@@ -73,7 +74,8 @@ def evaluate(cfg: DictConfig) -> dict:
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, cfg.data.corpus_path)
     gpt, script, ckpt, device = engine.model, engine.script, engine.path, str(engine.device)
-    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine), has_conditions(engine))
+    requests = sample_requests(cfg.sets, cfg.forms, is_char_model(engine), is_plan_model(engine), has_conditions(engine),
+                               is_tunes_model(engine))
     print(f"evaluate: {opts.num_samples} poems for each of {len(requests)} sample sets, then their figures and "
           f"{'val/bpc' if cfg.val_bpc else 'no validation'}: minutes on a CPU …", file=sys.stderr, flush=True)
 

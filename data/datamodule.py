@@ -42,7 +42,9 @@ from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
 
 log = logging.getLogger(__name__)
-SIMPLIFIED_CORPORA = ("ci.jsonl.xz",)
+CI_CORPUS = "ci.jsonl.xz"
+"""The 词 corpus: with plan tokens, a model trained on it gets a token per tune (`data.verse.plan`)."""
+SIMPLIFIED_CORPORA = (CI_CORPUS,)
 """Corpora published in simplified script (the others are traditional, converted with OpenCC)."""
 
 CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
@@ -97,6 +99,7 @@ class PoetryDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.plan_tokens = bool(plan_tokens)
         self.train_paths = [Path(p) for p in train_corpora] if train_corpora else [self.corpus_path]
+        self.tunes = self.plan_tokens and any(p.name == CI_CORPUS for p in self.train_paths)  # tune tokens
         if script != "simplified" and (ci := [p.name for p in self.train_paths if p.name in SIMPLIFIED_CORPORA]):
             raise ValueError(f"{ci[0]} (the 词) is in simplified script only and has no traditional text: "
                              f"train it with data.script=simplified")
@@ -159,7 +162,8 @@ class PoetryDataModule(L.LightningDataModule):
     def cache_dir(self) -> Path:
         """`cache_root/<key>`: the key hashes the corpus bytes and every setting that shapes the arrays
         (script, tokenizer kind, encoding name, which for a ranks file includes its SHA-256, and
-        plan_tokens when on, conditions and block_size when on: the arrays without them keep their key)."""
+        plan_tokens when on, the tune labels when a 词 corpus gives tune tokens, conditions and
+        block_size when on: the arrays without them keep their key)."""
         for path in self.corpora:
             if not path.is_file():
                 load_corpus(path)  # raises the explanatory FileNotFoundError
@@ -172,12 +176,13 @@ class PoetryDataModule(L.LightningDataModule):
             settings["roles"] = {"train": [self.corpora.index(p) for p in self.train_paths],
                                  "val": {k: self.corpora.index(p) for k, p in self.extra_val.items()}}
         h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {}),
+                             **({"tunes": list(plan_labels(tunes=True))} if self.tunes else {}),
                              **({"conditions": self.conditions, "block_size": self.block_size}
                                 if self.conditions else {})}).encode())
         return self.cache_root / h.hexdigest()[:16]
 
     def _build_tokenizer(self, texts: list[str]) -> Tokenizer:
-        plan = plan_labels(segments=bool(self.conditions)) if self.plan_tokens else ()
+        plan = plan_labels(segments=bool(self.conditions), tunes=self.tunes) if self.plan_tokens else ()
         if self.encoding is None:
             return CharTokenizer.from_texts(texts, plan)
         spec = str(self.tokenizer_cfg["encoding"])
@@ -213,7 +218,7 @@ class PoetryDataModule(L.LightningDataModule):
                 split_poems = [(p, t, *(names[f][path][k] for f in names)) for path, part in parts
                                for k, (p, t) in enumerate(zip(corpora[path], texts[path])) if p["split"] == part]
                 split_texts = [t for _, t, *_ in split_poems]
-                ids = [poem_ids(tok, t, self.script, p["form"]) for p, t, *_ in split_poems]
+                ids = [poem_ids(tok, t, self.script, p["form"], tune=p.get("tune", "")) for p, t, *_ in split_poems]
                 if split == "train" and self.conditions:  # each segment fits the poem's window (`fitted`)
                     drawn = draw_conditions(split_texts, *zip(*[n for _, _, *n in split_poems]), self.conditions, listed)
                     segments = [fitted(tok, d, self.block_size + 1 - len(i)) for d, i in zip(drawn, ids)]

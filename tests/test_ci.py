@@ -142,7 +142,7 @@ def test_every_pingshui_group_has_a_bu():
     assert set(cilin_table()) == set(rhyme_table())
 
 
-def test_a_tang_and_ci_data_module_plans_each_ci_as_other_and_refuses_traditional_script(tmp_path):
+def test_a_tang_and_ci_data_module_plans_each_ci_by_its_tune_and_refuses_traditional_script(tmp_path):
     import lzma
 
     from data.datamodule import PoetryDataModule
@@ -152,15 +152,21 @@ def test_a_tang_and_ci_data_module_plans_each_ci_as_other_and_refuses_traditiona
     tang = write_corpus(tmp_path / "corpus" / "tang.jsonl.xz")
     ci = tmp_path / "corpus" / "ci.jsonl.xz"
     with lzma.open(ci, "wt", encoding="utf-8") as f:
-        for c in range(10):
-            f.write(json.dumps({"id": f"ci-{c}", "title": "浣溪沙", "heading": "浣溪沙", "author": "晏殊", "form": "ci",
-                                "tune": "浣溪沙", "shape": shape_of(HUANXISHA), "split": "val" if c % 5 == 0 else "train",
+        for c in range(10):  # ci-0 and ci-5 are validation 词; ci-5's tune has no token (too rare)
+            tune = "无名调" if c == 5 else "浣溪沙"
+            f.write(json.dumps({"id": f"ci-{c}", "title": tune, "heading": tune, "author": "晏殊", "form": "ci",
+                                "tune": tune, "shape": shape_of(HUANXISHA), "split": "val" if c % 5 == 0 else "train",
                                 "text": HUANXISHA}, ensure_ascii=False) + "\n")
     dm = PoetryDataModule(str(tang), str(tmp_path / "cache"), block_size=64, train_corpora=[str(tang), str(ci)],
                           also_validate={"ci": str(ci)}, plan_tokens=True)
     assert dm.meta["val_ci"]["poems"] == 2 and set(HUANXISHA) <= set(dm.tokenizer.stoi)
     ids = plan_ids(dm.tokenizer)
-    first = [int(i) for i in dm.tokens("val_ci")[:3]]  # <bos>, the form token, the rhyme token
-    assert first[1] == ids.forms["other"]
+    assert len(ids.tunes) == len(tunes()) and ids.read([0, ids.tunes["浣溪沙"]]) == \
+        {"form": "ci", "rhyme": None, "tune": "浣溪沙"}
+    val = [int(i) for i in dm.tokens("val_ci")]
+    firsts = [val[k + 1] for k, i in enumerate(val) if i == 0]  # after each <bos>: the form slot
+    assert firsts == [ids.tunes["浣溪沙"], ids.forms["other"]]
+    tang_only = PoetryDataModule(str(tang), str(tmp_path / "cache"), block_size=64, plan_tokens=True)
+    assert plan_ids(tang_only.tokenizer).tunes == {} and tang_only.cache_dir != dm.cache_dir
     with pytest.raises(ValueError, match="ci.jsonl.xz .* simplified script only .* data.script=simplified"):
         PoetryDataModule(str(tang), str(tmp_path / "cache"), script="traditional", train_corpora=[str(tang), str(ci)])

@@ -20,6 +20,11 @@ Conditions (`data.conditions`, docs/conditions.md): a model may also be trained 
 poem is about between `<bos>` and its plan, a segment of its own: `<题>` and the title,
 `<人>` and the poet, `<词>` and a keyword (repeated per keyword), in that order, each part
 present for a share of the poems. `<bos> <题>静夜思 <人>李白 <五绝> <下平聲七陽> 床前明月光，…`.
+
+Tunes: a model trained on 词 (`data=tang+ci`) has a token per tune of `data.verse.tunes` (`<浣溪沙>`
+…, `tune_label`), which stands in a 词's form slot in place of `<其他>` (a 词 of a rarer tune keeps
+`<其他>`): `<bos> <浣溪沙> <无韵> 一曲新词酒一杯，…`, so the model learns each tune's shape from its
+token and a sampler can ask for a tune without masks (`control=soft`).
 The segment is given, never predicted: its targets are not scored in training or validation
 (`segment_mask`), so `val/bpc` stays a figure of the poem alone, and a sampler writes it into
 the prompt (`PlanIds.body` strips it again).
@@ -33,6 +38,7 @@ from typing import Iterable, Protocol, Sequence
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
+from data.verse.tunes import tunes as tune_table
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
 """Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
@@ -53,12 +59,18 @@ def rhyme_label(group: str) -> str:
     return f"<{group}>"
 
 
+def tune_label(tune: str) -> str:
+    """The label of a tune's token: `浣溪沙` → `<浣溪沙>`."""
+    return f"<{tune}>"
+
+
 @lru_cache(maxsize=None)
-def plan_labels(segments: bool = False) -> tuple[str, ...]:
-    """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`, and
-    with segments the 3 condition markers (`SEGMENTS`)."""
+def plan_labels(segments: bool = False, tunes: bool = False) -> tuple[str, ...]:
+    """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`, with
+    segments the 3 condition markers (`SEGMENTS`), with tunes one per tune of `data.verse.tunes`
+    (in its order, commonest first)."""
     return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME,
-            *(SEGMENTS.values() if segments else ()))
+            *(SEGMENTS.values() if segments else ()), *(map(tune_label, tune_table()) if tunes else ()))
 
 
 def clean_title(title: str) -> str:
@@ -84,15 +96,17 @@ def rhyme_of(text: str, script: str) -> str | None:
     return next((g for g in level_tone_table() if g in groups), None)
 
 
-def poem_plan(text: str, form: str, script: str) -> tuple[str, str]:
-    """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`; a 词's,
-    `ci`, plans `<其他>`: its tune is its title).
+def poem_plan(text: str, form: str, script: str, tune: str = "") -> tuple[str, str]:
+    """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`); a 词's,
+    `ci`, plans `<其他>`, or with `tune` (one of `data.verse.tunes`, for a tokenizer with tune
+    tokens) that tune's token.
     `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
     (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
     if form not in FORM_LABELS and form != "ci":
         raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}, ci")
     group = rhyme_of(text, script)
-    return FORM_LABELS.get(form, FORM_LABELS["other"]), NO_RHYME if group is None else rhyme_label(group)
+    first = tune_label(tune) if form == "ci" and tune in tune_table() else FORM_LABELS.get(form, FORM_LABELS["other"])
+    return first, NO_RHYME if group is None else rhyme_label(group)
 
 
 class HasPlanTokens(Protocol):
@@ -117,37 +131,45 @@ def segment_ids(tok: EncodesPlans, title: str = "", poet: str = "", keywords: Se
 
 
 def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None, eos: bool = True,
-             segment: Sequence[int] = ()) -> list[int]:
+             segment: Sequence[int] = (), tune: str = "") -> list[int]:
     """A poem's ids as a model is trained on it: `<bos>`, the condition segment (`segment_ids`),
     its plan tokens (`poem_plan`) if the tokenizer has them, its text, `<eos>` if eos. form: its
-    corpus `form` field (None: `form_of` the text, what the corpus field holds). raises as
-    `Tokenizer.encode` and `poem_plan`."""
+    corpus `form` field (None: `form_of` the text, what the corpus field holds); tune: a 词's
+    (its token is used when the tokenizer has tune tokens). raises as `Tokenizer.encode` and
+    `poem_plan`."""
     ids = tok.encode(text, bos=True, eos=eos)
     if not tok.plan:
         return ids
-    plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, form or form_of(text), script)]
+    tune = tune if tune_label(tune) in tok.plan else ""
+    plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, form or form_of(text), script, tune)]
     return [ids[0], *segment, *plan, *ids[1:]]
 
 
 @dataclass(frozen=True)
 class PlanIds:
     """Where a tokenizer's plan tokens sit: forms (form name → id), rhymes (group → id), none
-    (the id of `<无韵>`), segments (condition → its marker's id; {} for a model without them).
-    Built by `plan_ids`."""
+    (the id of `<无韵>`), segments (condition → its marker's id; {} for a model without them),
+    tunes (tune → id; {} for a model without them). Built by `plan_ids`."""
     forms: dict[str, int]
     rhymes: dict[str, int]
     none: int
     segments: dict[str, int]
+    tunes: dict[str, int]
 
     @property
     def all(self) -> list[int]:
-        """Every plan id, markers included."""
-        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values()]
+        """Every plan id, markers and tunes included."""
+        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values(), *self.tunes.values()]
+
+    @property
+    def firsts(self) -> list[int]:
+        """The ids that stand in a plan's first slot: the form tokens and the tune tokens."""
+        return [*self.forms.values(), *self.tunes.values()]
 
     @property
     def segment_ends(self) -> list[int]:
-        """The ids that close a condition segment: the form tokens, `<bos>` and `<eos>`."""
-        return [*self.forms.values(), BOS_ID, EOS_ID]
+        """The ids that close a condition segment: a plan's first (`firsts`), `<bos>` and `<eos>`."""
+        return [*self.firsts, BOS_ID, EOS_ID]
 
     def segment_mask(self, ids: Iterable[int]) -> list[bool]:
         """Per id of a sequence, whether it is inside a condition segment (a marker and the
@@ -184,23 +206,26 @@ class PlanIds:
 
     def read(self, ids: Iterable[int]) -> dict[str, str | None]:
         """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
-        (the first form token and the first rhyme token; None where there is none, or `<无韵>`)."""
-        form_of_id = {i: f for f, i in self.forms.items()}
+        (the first form token and the first rhyme token; None where there is none, or `<无韵>`),
+        and for a model with tune tokens "tune": the tune its token names (form `ci`) or None."""
+        first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for t, i in self.tunes.items()}}
         group_of_id = {i: g for g, i in self.rhymes.items()}
         ids = [int(i) for i in ids]
-        return {"form": next((form_of_id[i] for i in ids if i in form_of_id), None),
-                "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None)}
+        form, tune = next((first_of_id[i] for i in ids if i in first_of_id), (None, None))
+        return {"form": form, "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None),
+                **({"tune": tune} if self.tunes else {})}
 
 
 @lru_cache(maxsize=8)
 def plan_ids(tok: HasPlanTokens) -> PlanIds | None:
     """The `PlanIds` of a tokenizer (None if it has no plan tokens; built once per tokenizer).
-    raises ValueError if its plan tokens are not `plan_labels()`."""
+    raises ValueError if its plan tokens are not `plan_labels(…)`'s, with or without segments and tunes."""
     if not tok.plan:
         return None
-    if tok.plan not in (plan_labels(), plan_labels(segments=True)):
+    if tok.plan not in (plan_labels(s, t) for s in (False, True) for t in (False, True)):
         raise ValueError("the tokenizer's plan tokens are not this version's (data.verse.plan.plan_labels)")
     index = {label: tok.plan_start + k for k, label in enumerate(tok.plan)}
     return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
                    {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME],
-                   {c: index[label] for c, label in SEGMENTS.items() if label in index})
+                   {c: index[label] for c, label in SEGMENTS.items() if label in index},
+                   {t: index[tune_label(t)] for t in tune_table() if tune_label(t) in index})

@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
+from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS
 from data.verse.tunes import draw_tunes
 from model.engine import Engine
@@ -40,8 +41,9 @@ SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions",
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
 `conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
 each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
-with rhyme, with rhyme and meter; for a model trained with conditions also without masks, the tune
-given as the title (`浣溪沙+title`: how a `data=tang+ci` model learns tunes) (measured by
+with rhyme, with rhyme and meter; for a model trained with tune tokens (`data=tang+ci`) also
+without masks, the tune's token as the plan (`ci+soft`, `浣溪沙+soft`), or else for a model
+trained with conditions the tune given as the title (`浣溪沙+title`) (measured by
 `model.inspection.ci_metrics` against the tune, beside held-out 词)."""
 CI_TUNES = ("浣溪沙", "水调歌头", "鹧鸪天", "菩萨蛮", "念奴娇")
 """The five commonest tunes of the corpus: the `ci` kind's sets."""
@@ -57,7 +59,8 @@ REFERENCE = "human (held-out)"
 
 
 def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool = True,
-                    plan_model: bool = False, conditions_model: bool = False) -> dict[str, dict]:
+                    plan_model: bool = False, conditions_model: bool = False, tunes_model: bool = False
+                    ) -> dict[str, dict]:
     """Set name → the `SamplingOptions` fields that ask for it: `free` → {}, `wujue` →
     {form}, `wujue+rhyme` → {form, rhyme}, `wujue+meter` → {form, meter}, `wujue+soft` →
     {form, rhyme, control: soft}, `keywords` → {keywords: HELD_OUT}, `wujue+meter+keywords` →
@@ -65,7 +68,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
 
     char_model=False (a BPE model) drops the form, rhyme and meter sets: their masks need a
     character model; plan_model=False (no plan tokens) drops the soft sets; conditions_model=False
-    the conditions sets.
+    the conditions sets; tunes_model=True (tune tokens) gives the 词 soft sets instead of `+title`.
     raises ValueError for an unknown kind or form.
     """
     kinds, forms = list(kinds), list(forms)
@@ -94,7 +97,10 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         for tune in CI_TUNES:
             requests.update({tune: {"tune": tune}, f"{tune}+rhyme": {"tune": tune, "rhyme": True},
                              f"{tune}+meter": {"tune": tune, "rhyme": True, "meter": True}})
-    if "ci" in kinds and conditions_model:  # no masks: the tune named as the title, as a 词 model is trained
+    if "ci" in kinds and tunes_model:  # no masks: the tune's plan token
+        requests["ci+soft"] = {"form": "ci", "control": "soft"}
+        requests.update({f"{tune}+soft": {"tune": tune, "control": "soft"} for tune in CI_TUNES})
+    elif "ci" in kinds and conditions_model:  # no masks: the tune named as the title
         requests.update({f"{tune}+title": {"title": tune, MEASURED_AS: tune} for tune in CI_TUNES})
     return requests
 
@@ -266,3 +272,8 @@ def is_char_model(engine: Engine) -> bool:
 def is_plan_model(engine: Engine) -> bool:
     """Whether the model was trained with plan tokens (`data.plan_tokens=true`)."""
     return bool(engine.tokenizer.plan)
+
+
+def is_tunes_model(engine: Engine) -> bool:
+    """Whether the model was trained with tune tokens (plan tokens and a 词 corpus, `data=tang+ci`)."""
+    return bool(is_plan_model(engine) and plan_ids(engine.tokenizer).tunes)

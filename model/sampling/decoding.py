@@ -167,7 +167,8 @@ class PlanGrammar:
     token only a rhyme token, and no plan token anywhere else. So a poem sampled from `<bos>`
     draws its plan first, and a poem never shows a plan token later.
 
-    forms: (V,) bool, the form tokens; rhymes: (V,) bool, the rhyme tokens allowed in the rhyme
+    forms: (V,) bool, the tokens of a plan's first slot (`PlanIds.firsts`: the form tokens, and the
+    tune tokens of a model trained with them); rhymes: (V,) bool, the rhyme tokens allowed in the rhyme
     slot (all of them and `<无韵>`, or only real groups for soft `rhyme`); plan: (V,) bool, every
     plan token.
     """

@@ -13,6 +13,8 @@ cut the text's unlikely tail: a form the poets wrote one poem in 14 is not a tai
 the form token of the prompt, `rhyme` restricts the rhyme slot to real groups, not `<无韵>`) and
 masks nothing in the poem; `hard` is constrained decoding (`PoemConstraint`, which rhymes within
 the plan's group when there is one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
+A 词 (`form=ci`) plans its tune's token on a model trained with tune tokens (`data=tang+ci`), so
+`control=soft` asks for a tune without masks; other models plan `<其他>` and keep a tune by masks.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from omegaconf import OmegaConf
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from data.verse.tunes import draw_tunes
+from data.verse.tunes import draw_tunes, find_tune
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.conditions import condition_segments, has_conditions
 from model.sampling.constraints import PoemConstraint
@@ -102,7 +104,7 @@ def plan_grammar(tok: Tokenizer, real_rhymes: bool) -> PlanGrammar:
     level-tone group only, not `<无韵>` (soft `rhyme`)."""
     ids, V = plan_ids(tok), tok.vocab_size
     forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
-    forms[list(ids.forms.values())] = True
+    forms[ids.firsts] = True
     rhymes[list(ids.rhymes.values()) + ([] if real_rhymes else [ids.none])] = True
     plan[ids.all] = True
     return PlanGrammar(forms, rhymes, plan, tok.bos_id)
@@ -149,23 +151,30 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     form = CI if opts.tune else opts.form
     if form is not None and form not in (*FORMS, CI):
         raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)} or {CI} (with tune=)")
-    if form == CI and control == "soft":
-        raise ValueError("form=ci keeps a tune by masks; this model has no tune plan tokens: use control=hard or both")
+    if form == CI and control == "soft" and not ids.tunes:
+        raise ValueError("this model has no tune plan tokens (a data=tang+ci model has), so it keeps a tune by masks "
+                         "only: use control=hard or both")
     if form == CI and opts.keywords_forced and any(keyword_rows(opts.keywords, opts.num_samples)):
         raise ValueError("keywords are not placed in 词 yet: leave keywords= out when writing to a tune")
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
-    plan = [ids.forms["other" if form == CI else form]] if control != "hard" and form else []  # soft form: the plan
-    to_draw = PLAN_SLOTS - len(plan) if ids else 0
+    tunes = ([find_tune(opts.tune)] * opts.num_samples if opts.tune else draw_tunes(opts.num_samples, opts.seed)) \
+        if form == CI else []  # each row's tune
+    if control == "hard" or not form:
+        plans = [[]] * opts.num_samples  # each row's plan given, here none: drawn
+    elif form == CI:
+        plans = [[ids.tunes.get(t, ids.forms["other"])] for t in tunes]
+    else:
+        plans = [[ids.forms[form]]] * opts.num_samples
+    to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
     grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter) and form != CI) \
         if ids else None
     if grammar:
         processors.append(grammar)
     constraint = None
     if form == CI:
-        constraint = TuneConstraint(tok, opts.tune or draw_tunes(opts.num_samples, opts.seed), acrostic, opts.rhyme,
-                                    opts.meter, engine.script)
+        constraint = TuneConstraint(tok, tunes, acrostic, opts.rhyme, opts.meter, engine.script)  # soft: checks only
     elif control != "soft" and (form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, form, acrostic, opts.rhyme, engine.script, opts.meter)
     if constraint is not None:
@@ -173,7 +182,8 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         needed = constraint.max_tokens() - len(prompt) + to_draw
         if opts.max_new_tokens < needed:
             raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
-        processors.append(constraint)
+        if control != "soft":
+            processors.append(constraint)
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
                          f"{to_draw} plan token(s)")
@@ -194,7 +204,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
     width = max(map(len, segments))  # shorter segments are padded with <eos> in front, where a poem ends
     start = torch.tensor([[tok.eos_id] * (width - len(g)) + [tok.bos_id, *g, *plan, *([] if drawn_first else text)]
-                          for g in (segments * opts.num_samples if len(segments) == 1 else segments)],
+                          for g, plan in zip(segments * opts.num_samples if len(segments) == 1 else segments, plans)],
                          device=device)  # (B, T0)
     if opts.repetition_penalty != 1.0:
         penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])

@@ -15,9 +15,9 @@ token when one of them allows it:
   (a polyphonic character fits either);
 - `acrostic`: line i starts with the acrostic's i-th character (templates with as many lines).
 
-Plan tokens (a model trained with them, the default) are left to the plan, as in
-`model.sampling.constraints`; the sampler gives the plan `<其他>`, the form token of every poem
-that is not one of the four forms.
+Plan tokens (a model trained with them, the default): a row's plan slots take its tune's token
+(a model trained with tune tokens, `data=tang+ci`) or else `<其他>`, the form token of every poem
+that is not one of the four forms, then a rhyme token, as in `model.sampling.constraints`.
 """
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ class _TuneRow:
     used: frozenset[str] = frozenset()
     ended: bool = False
     plan_left: int = 0
+    tune: str = ""
 
 
 class TuneConstraint:
@@ -122,9 +123,11 @@ class TuneConstraint:
                 raise ValueError(f"no 词林正韵 class has {need} characters of the tone {'、'.join(self.of_tune)} "
                                  "rhymes in, in this vocabulary")
         self.plan = plan_ids(tokenizer)
-        self.plan_tokens = torch.zeros(V, dtype=torch.bool)
-        if self.plan:
-            self.plan_tokens[self.plan.all] = True
+        self.plan_tokens: dict[str, torch.Tensor] = {}  # tune → (V,) bool: the plan tokens its rows may take
+        for name in self.of_tune if self.plan else ():
+            first = self.plan.tunes.get(name, self.plan.forms["other"])
+            self.plan_tokens[name] = torch.zeros(V, dtype=torch.bool)
+            self.plan_tokens[name][[first, *self.plan.rhymes.values(), self.plan.none]] = True
         self.rows: list[_TuneRow] = []
         self.consumed = 0
         self._masks: dict[tuple, torch.Tensor] = {}
@@ -154,7 +157,7 @@ class TuneConstraint:
     def _start(self, tune: str) -> _TuneRow:
         live = self.of_tune[tune]
         return _TuneRow(live=live, classes={i: (None,) * len(self.templates[i].variant.segments) for i in live},
-                        plan_left=PLAN_SLOTS if self.plan else 0)
+                        plan_left=PLAN_SLOTS if self.plan else 0, tune=tune)
 
     def check_text(self, text: str) -> None:
         """raises ValueError saying where `text` (a prompt) leaves every template of a tune asked for."""
@@ -238,7 +241,7 @@ class TuneConstraint:
             fresh = mask.clone()
             fresh[[self.tok.stoi[c] for c in row.used]] = False
             mask = fresh if fresh.any() else mask  # repeat a rhyme only if nothing else is left
-        return mask | self.plan_tokens if row.plan_left else mask
+        return mask | self.plan_tokens[row.tune] if row.plan_left else mask
 
     def _rhymes(self, classes: frozenset) -> torch.Tensor:
         """(V,) bool: the characters of any of these 词林正韵 classes."""
