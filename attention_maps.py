@@ -1,6 +1,7 @@
 """What a trained model's attention heads learned, beside the random attention of the attention
 lesson (docs/attention.md):
 `python attention_maps.py ckpt_path=checkpoints/<run>/last.ckpt text=床前明月光，疑是地上霜。`
+(a 词 read to its tune: `text=明月几时有，把酒问青天。 tune=水调歌头`)
 
 Writes to `out_dir` (default `logs/attention_maps/<run>/`) one figure per layer,
 `layer{l}.png` (rows: the trained heads, the same heads at initialisation, the lesson's
@@ -118,12 +119,13 @@ def attention_report(cfg: DictConfig) -> dict:
     """Compute, draw and write everything; returns the JSON report.
 
     raises FileNotFoundError (no checkpoint, no corpus), UnknownCharactersError (text
-    outside the vocabulary), ValueError (text longer than block_size − 1), BackendUnavailableError.
+    outside the vocabulary), ValueError (text longer than block_size − 1, an unknown tune),
+    BackendUnavailableError.
     """
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, "cpu", cfg.backend, cfg.ablate, cfg.ablate_mode,
                          cfg.heldout.corpus_path)
     gpt, block_size, ckpt = engine.model, engine.model.cfg.block_size, engine.path
-    idx, tokens = engine.encode_line(cfg.text, "text")  # raises for bad code points, unknown characters, too long
+    idx, tokens = engine.encode_line(cfg.text, "text", cfg.tune or "")  # raises for a bad text or tune, too long
     plan = PLAN_SLOTS if engine.tokenizer.plan else 0  # every poem is read as trained: <bos>, its plan, the text
     poems = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.heldout.n_poems, cfg.heldout.forms,
                           block_size - 1 - plan)
@@ -137,7 +139,7 @@ def attention_report(cfg: DictConfig) -> dict:
     heldout_tokens = [t for _, t in encoded]
     report = {
         "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "weights_sha": engine.weights_sha,
-        "text": engine.to_model_text(cfg.text, "text"), "tokens": tokens,
+        "text": engine.to_model_text(cfg.text, "text"), "tune": cfg.tune, "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                      for k in ("backend", "ablate", "ablate_mode", "init_seed", "heldout", "baselines", "flag")},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",

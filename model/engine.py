@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
 from data.verse.plan import poem_ids
 from data.verse.script import prompt_to_script, variants
+from data.verse.tunes import find_tune
 from model.gpt import GPT
 from model.kv_cache import Cache
 
@@ -101,24 +102,27 @@ class Engine:
             raise UnknownCharactersError(unknown, f"Variants in the vocabulary: {said}." if said else "", option)
         return text
 
-    def poem_ids(self, text: str, option: str = "text", eos: bool = True) -> list[int]:
+    def poem_ids(self, text: str, option: str = "text", eos: bool = True, tune: str = "") -> list[int]:
         """A text (either script, converted to the model's) framed as the model was trained on a
         poem (`data.verse.plan.poem_ids`): `<bos>`, for a model with plan tokens the text's plan as
-        a poem (its form, `form_of`, and rhyme group: a couplet is `<其他>` `<无韵>`), its ids, and
-        `<eos>` if eos; any length. raises as `to_model_text`."""
-        return poem_ids(self.tokenizer, self.to_model_text(text, option), self.script, eos=eos)
+        a poem (its form, `form_of`, and rhyme group: a couplet is `<其他>` `<无韵>`; with `tune`,
+        either script, a 词: the tune's token on a model with tune tokens, else `<其他>`), its ids,
+        and `<eos>` if eos; any length. raises as `to_model_text`; ValueError for an unknown tune."""
+        tune = find_tune(tune) if tune else ""
+        return poem_ids(self.tokenizer, self.to_model_text(text, option), self.script, "ci" if tune else None,
+                        eos=eos, tune=tune)
 
-    def encode_line(self, text: str, option: str = "text") -> tuple[torch.Tensor, list[str]]:
-        """A line or poem as the model reads the start of a poem (`poem_ids` without `<eos>`) →
-        ((1, T) int64 ids on the model's device, the T tokens as text: `<bos>`, plan tokens,
-        then the characters, or BPE pieces).
+    def encode_line(self, text: str, option: str = "text", tune: str = "") -> tuple[torch.Tensor, list[str]]:
+        """A line or poem as the model reads the start of a poem (`poem_ids` without `<eos>`; `tune`:
+        read as a 词 to it) → ((1, T) int64 ids on the model's device, the T tokens as text:
+        `<bos>`, plan tokens, then the characters, or BPE pieces).
 
-        option: the text's name in messages. raises as `to_model_text`; ValueError if the text
-        is empty or T exceeds the model's block_size.
+        option: the text's name in messages. raises as `poem_ids`; ValueError if the text is empty
+        or T exceeds the model's block_size.
         """
         if not text:
             raise ValueError(f"{option} is empty; give a line of poetry, e.g. 床前明月光，疑是地上霜。")
-        ids = self.poem_ids(text, option, eos=False)
+        ids = self.poem_ids(text, option, eos=False, tune=tune)
         if len(ids) > self.model.cfg.block_size:
             raise ValueError(f"{option} has {len(text)} characters; with <bos>{' and its plan' * bool(self.tokenizer.plan)} "
                              f"that is {len(ids)} positions, more "

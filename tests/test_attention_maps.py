@@ -32,9 +32,14 @@ def corpus(tmp_path):
     return path
 
 
-def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337, plan=False):
-    """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed) (plan: with plan tokens)."""
-    tok = CharTokenizer.from_texts(corpus_to_script(POEMS, "simplified"), plan_labels() if plan else ())
+CI_PROBE = "明月几时有，把酒问青天。"
+
+
+def write_checkpoint(path, n_layer=2, backend="sdpa", seed=1337, plan=False, tunes=False):
+    """A checkpoint of an untrained tiny model built right after torch.manual_seed(seed) (plan: with
+    plan tokens; tunes: and tune tokens)."""
+    tok = CharTokenizer.from_texts(corpus_to_script([*POEMS, CI_PROBE], "simplified"),
+                                   plan_labels(tunes=tunes) if plan else ())
     torch.manual_seed(seed)
     lit = LitGPT(model=dict(block_size=32, n_layer=n_layer, n_head=2, n_embd=16, dropout=0.0,
                             backend=backend), optim={}, tokenizer=tok.state_dict())
@@ -62,6 +67,19 @@ def test_a_plan_model_reads_the_probe_and_the_poems_after_their_plan(tmp_path, c
     assert "attention_maps: attention maps of the probe line and 3 held-out poems" in capsys.readouterr().err
     with pytest.raises(ValueError, match="with <bos> and its plan that is 33 positions"):
         attention_report(report_cfg(tmp_path, corpus, ckpt, "text='" + "床前明月光，" * 5 + "'"))
+
+
+@pytest.mark.parametrize("tunes", [True, False])
+def test_a_ci_probe_is_read_to_its_tune(tmp_path, corpus, tunes):
+    """A model trained with tune tokens reads the 词 probe after its tune's token, another plan
+    model after <其他>; the tune's name may be in traditional script; an unknown tune is refused."""
+    ckpt = write_checkpoint(tmp_path / "checkpoints" / "ci" / "last.ckpt", plan=True, tunes=tunes)
+    report = attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水調歌頭'",
+                                         "head_effects.enabled=false"))
+    assert report["tokens"] == ["<bos>", "<水调歌头>" if tunes else "<其他>", "<无韵>", *CI_PROBE]
+    assert report["tune"] == "水調歌頭"
+    with pytest.raises(ValueError, match="nearest: 水调歌头"):
+        attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水调歌'"))
 
 
 def test_heldout_poems_are_the_first_validation_poems_of_the_forms(corpus):

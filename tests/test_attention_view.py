@@ -12,7 +12,8 @@ from model.inspection.attention_view import SCALE, ProbeView, attention_view_htm
 from tests.conftest import ROOT
 from tests.html_views import dense, embedded_data
 
-PROBES = list(OmegaConf.load(ROOT / "conf" / "callbacks" / "default.yaml").attention_maps.probe_lines)
+PROBES = [p if isinstance(p, str) else p.text
+          for p in OmegaConf.load(ROOT / "conf" / "callbacks" / "default.yaml").attention_maps.probe_lines]
 
 
 def causal(shape, seed=0):

@@ -135,3 +135,49 @@ def test_a_vocabulary_without_enough_rhymes_is_refused_in_one_line(lit):
     tok = CharTokenizer.from_texts(["春花秋月何时了，往事知多少。"])
     with pytest.raises(ValueError, match="no 词林正韵 class has .* characters of the tone 浣溪沙 rhymes in"):
         TuneConstraint(tok, "浣溪沙", rhyme=True)  # five rhymes of one class: this vocabulary has none
+
+
+def plan_lit(tunes_too: bool):
+    """An untrained model over the same characters with plan tokens, with or without tune tokens."""
+    from data.verse.plan import plan_labels
+
+    torch.manual_seed(0)
+    texts = [p["text"] for p in islice(iter_corpus(CORPUS_DIR / "ci.jsonl.xz"), 3000)]
+    tok = CharTokenizer.from_texts(texts, plan_labels(tunes=tunes_too))
+    model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
+    return LitGPT(model, OPTIM, tok.state_dict(), script="simplified").eval()
+
+
+@pytest.mark.parametrize("control", ["soft", "both", "hard"])
+def test_a_model_with_tune_tokens_plans_each_ci_by_its_tune(control):
+    """soft: the tune's token is the plan and nothing is masked (an untrained model breaks the
+    shape); both: the same plan and the masks; hard: the masks, and the plan slot takes only the
+    row's tune token."""
+    from data.verse.plan import plan_ids
+    from model.sampling.poems import poem_text, read_plans, sample_ids
+
+    engine = plan_lit(True).engine
+    opts = SamplingOptions(num_samples=6, temperature=1.0, top_k=None, max_new_tokens=200, form="ci", seed=7,
+                           control=control)
+    rows = sample_ids(engine, opts)
+    drawn = draw_tunes(6, 7)
+    tunes_of = {i: t for t, i in plan_ids(engine.tokenizer).tunes.items()}
+    assert [tunes_of[int(r[1])] for r in rows] == drawn  # <bos>, then the tune's token
+    assert [p["tune"] for p in read_plans(engine.tokenizer, rows)] == drawn
+    poems = [poem_text(engine.tokenizer, r) for r in rows]
+    matched = sum(bool(variant_of(p, t)) for p, t in zip(poems, drawn))
+    assert matched == (0 if control == "soft" else 6)
+
+
+def test_soft_control_of_a_tune_needs_tune_tokens():
+    with pytest.raises(ValueError, match="this model has no tune plan tokens .* use control=hard or both"):
+        sample_poems(plan_lit(False).engine, SamplingOptions(tune="浣溪沙", control="soft", max_new_tokens=200))
+    with pytest.raises(ValueError, match="nearest: 浣溪沙"):  # the tune is checked without masks too
+        sample_poems(plan_lit(True).engine, SamplingOptions(tune="浣溪纱", control="soft", max_new_tokens=200))
+
+
+def test_a_model_with_tune_tokens_is_evaluated_without_masks_by_its_tune_tokens():
+    requests = sample_requests(["ci"], [], plan_model=True, conditions_model=True, tunes_model=True)
+    assert requests["ci+soft"] == {"form": "ci", "control": "soft"}
+    assert requests["菩萨蛮+soft"] == {"tune": "菩萨蛮", "control": "soft"}
+    assert len(requests) == 22 and not any(name.endswith("+title") for name in requests)

@@ -9,7 +9,7 @@ the logger.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -64,8 +64,9 @@ class AttentionMapLogger(L.Callback):
     attention lesson (docs/attention.md).
 
     probe_lines: lines or poems (any script; converted to the model's), each at most
-    block_size − 1 characters (conf/callbacks/default.yaml: the lesson's
-    「床前明月光，疑是地上霜。」 and 王昌龄's 七言绝句 《出塞》 from the validation split);
+    block_size − 1 characters, or {text, tune} for the start of a 词 read to its tune
+    (`Engine.encode_line`) (conf/callbacks/default.yaml: the lesson's 「床前明月光，疑是地上霜。」,
+    王昌龄's 七言绝句 《出塞》 from the validation split, and 苏轼's 水调歌头 「明月几时有，把酒问青天。」);
     every_n_validations: log at every n-th validation; n_samples, flag_k, min_effect: the
     random baselines and the flagging rule of `model.inspection.attention_stats.classify`. raises
     ValueError if probe_lines is empty or a single string.
@@ -85,11 +86,12 @@ class AttentionMapLogger(L.Callback):
     logged as `attn/logger_seconds`.
     """
 
-    def __init__(self, probe_lines: Sequence[str], every_n_validations: int = 1,
+    def __init__(self, probe_lines: Sequence[str | Mapping[str, str]], every_n_validations: int = 1,
                  n_samples: int = 32, flag_k: float = 3.0, min_effect: float = 0.1):
         if not probe_lines or isinstance(probe_lines, str):
             raise ValueError("probe_lines must be a non-empty list of lines")
-        self.probe_lines, self.every = list(probe_lines), every_n_validations
+        self.probe_lines = [{"text": p} if isinstance(p, str) else dict(p) for p in probe_lines]  # [{text, tune?}]
+        self.every = every_n_validations
         self.n_samples, self.flag_k, self.min_effect = n_samples, flag_k, min_effect
         self.seconds = 0.0
         self._count = 0
@@ -98,8 +100,9 @@ class AttentionMapLogger(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Encode the probes (raising now for bad ones) and measure the baselines."""
         start = time.perf_counter()
-        self._probes = [pl_module.engine.encode_line(text, f"callbacks.attention_maps.probe_lines[{p}]")
-                        for p, text in enumerate(self.probe_lines)]  # [(ids (1, T), tokens)]
+        self._probes = [pl_module.engine.encode_line(probe["text"], f"callbacks.attention_maps.probe_lines[{p}]",
+                                                     probe.get("tune", ""))
+                        for p, probe in enumerate(self.probe_lines)]  # [(ids (1, T), tokens)]
         self._init_maps = [probe_maps(pl_module.gpt, idx) for idx, _ in self._probes]  # (n_layer, n_head, T, T)
         self._baselines = []
         for (_, tokens), maps in zip(self._probes, self._init_maps):
