@@ -7,8 +7,9 @@ num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
 seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
 format. The same seed and options give the same poems. A model trained with plan tokens draws
 each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
-(`plan`: form and rhyme group, null for none), and the title, poet and keyword hints it was
-written to (`conditions`).
+(`plan`: form and rhyme group, null for none; a model with tune tokens: the tune), and the title,
+poet and keyword hints it was written to (`conditions`). A 词 records its tune (`tune`) and is
+printed with a blank line between its stanzas (上阕, 下阕) when it has its tune's shape.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
-from data.verse.tunes import tunes
+from data.verse.tunes import stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
-from model.sampling.poems import SamplingOptions, poem_text, read_plans, stream_poems
+from model.sampling.poems import SamplingOptions, poem_text, read_plans, row_tunes, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -75,15 +76,18 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     rows = torch.cat(tokens, dim=1)  # (B, T)
     poems = [poem_text(tok, row) for row in rows]
     plans = read_plans(tok, rows)
+    ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
-            print(json.dumps({"poem": poem, "index": i, **plan, **settings}, ensure_ascii=False), file=out)
+            tune = {"tune": ci_tunes[i]} if ci_tunes else {}
+            print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune}, ensure_ascii=False), file=out)
         elif not live:
-            print(as_lines(poem), end="\n\n", file=out)
+            parts = stanzas(poem, ci_tunes[i]) if ci_tunes else [poem]  # a 词: a blank line between 上阕 and 下阕
+            print("\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
     if live:
         print(stream.flush() + ("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n"), file=out)
     return poems

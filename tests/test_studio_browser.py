@@ -166,6 +166,18 @@ def test_a_tune_picked_from_its_list_gives_a_ci_of_its_shape(page, studio):
     assert page.eval_on_selector_all("#tunes option", "os => os.length") == 49
     run = write(page, prompt="", form="", acrostic="", keywords="", tune="菩萨蛮", max_new_tokens=80)
     assert shape_of(run["poem"]) == "7。7。5。5。5。5。5。5。" and errors == []
+    # the template under the poem: its 44 positions filled with the 词's characters, a ring at each
+    # rhyme (菩萨蛮 changes rhyme every couplet: segments 0–3), the 下阕 after line 4
+    cells = page.eval_on_selector_all("#template .cell", "cs => cs.map(c => [c.textContent, c.className])")
+    assert "".join(c for c, _ in cells) == "".join(ch for ch in run["poem"] if ch not in LINE_END)
+    assert all("filled" in cls for _, cls in cells) and len(cells) == 44
+    rings = [cls.split()[-1] for _, cls in cells if "rhyme" in cls]
+    assert rings == ["seg0", "seg0", "seg1", "seg1", "seg2", "seg2", "seg3", "seg3"]
+    assert page.eval_on_selector_all("#template > div", "ds => ds.map(d => d.className)") == \
+        ["thead", *["tline"] * 4, "tbreak", *["tline"] * 4]
+    assert page.text_content("#template .thead").startswith("菩萨蛮 · template 1 of")
+    write(page, tune="", form="wujue")  # a 诗: no template
+    assert page.inner_html("#template") == ""
 
 
 def test_a_head_switched_off_on_its_card_writes_the_next_poem_without_it(page, studio):

@@ -181,3 +181,36 @@ def test_a_model_with_tune_tokens_is_evaluated_without_masks_by_its_tune_tokens(
     assert requests["ci+soft"] == {"form": "ci", "control": "soft"}
     assert requests["菩萨蛮+soft"] == {"tune": "菩萨蛮", "control": "soft"}
     assert len(requests) == 22 and not any(name.endswith("+title") for name in requests)
+
+
+def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
+    """format=jsonl: the tune each 词 was written to, and a tune model's plan names it; text: a
+    blank line between the 上阕 and the 下阕 of a 词 that has its tune's shape."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from data.verse.tunes import stanzas
+    from sample import sample
+    from tests.conftest import ROOT
+
+    lit = plan_lit(True)
+    ckpt = tmp_path / "ci" / "last.ckpt"
+    ckpt.parent.mkdir()
+    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, ckpt)
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sample", overrides=[f"ckpt_path={ckpt}", "form=ci", "num_samples=3", "seed=7",
+                                           "max_new_tokens=200", "format=jsonl"])
+    out = io.StringIO()
+    sample(cfg, out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["tune"] for r in records] == draw_tunes(3, 7) == [r["plan"]["tune"] for r in records]
+    cfg.format, out = "text", io.StringIO()
+    poems = sample(cfg, out)
+    blocks = out.getvalue().strip().split("\n\n")
+    assert [b.replace("\n", "") for b in blocks] == [part for p, t in zip(poems, draw_tunes(3, 7))
+                                                     for part in stanzas(p, t)]
+    assert len(blocks) > 3  # the drawn tunes have two stanzas each
+    assert stanzas(HUANXISHA, "浣溪沙") == ["一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。",
+                                         "无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"]
+    assert stanzas("一曲新词酒一杯。", "浣溪沙") == ["一曲新词酒一杯。"]

@@ -38,7 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, parse_shape, rhyme_classes, shape_of, tune_name
+from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, ci_lines, parse_shape, rhyme_classes, shape_of, tune_name
 from data.verse.meter import tones as char_tones
 from data.verse.script import prompt_to_script
 
@@ -221,6 +221,16 @@ def variant_of(text: str, tune: str, templates: dict[str, tuple[Variant, ...]] |
     tune without templates)."""
     shape = shape_of(text)
     return next((v for v in (templates or tunes()).get(tune, ()) if v.shape == shape), None)
+
+
+def stanzas(text: str, tune: str) -> list[str]:
+    """A 词 cut at its stanza break (上阕, 下阕) when it has the shape of a template of `tune` with
+    two stanzas, else [text]: `stanzas(<a 浣溪沙>, "浣溪沙")` = [its first three lines, the last three]."""
+    variant = variant_of(text, tune)
+    if variant is None or variant.stanza is None:
+        return [text]
+    lines = ci_lines(text)
+    return ["".join(lines[:variant.stanza]), "".join(lines[variant.stanza:])]
 
 
 def rhyme_kept(text: str, variant: Variant) -> tuple[int, int]:

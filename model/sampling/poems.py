@@ -110,6 +110,15 @@ def plan_grammar(tok: Tokenizer, real_rhymes: bool) -> PlanGrammar:
     return PlanGrammar(forms, rhymes, plan, tok.bos_id)
 
 
+def row_tunes(opts: SamplingOptions) -> list[str]:
+    """The tune of each 词 `opts` asks for: `tune` (either script) for every row, or with `form=ci`
+    alone one drawn per row by its share of the corpus (`draw_tunes`, seeded by `opts.seed`); []
+    when no 词 is asked for. raises ValueError for an unknown tune (with the nearest names)."""
+    if opts.tune:
+        return [find_tune(opts.tune)] * opts.num_samples
+    return draw_tunes(opts.num_samples, opts.seed) if opts.form == CI else []
+
+
 def resolve_control(control: str | None, has_plan: bool) -> str:
     """The control in force: `control`, or by default both (plan model) / hard. raises ValueError
     for an unknown control, or soft/both on a model without plan tokens."""
@@ -159,8 +168,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
-    tunes = ([find_tune(opts.tune)] * opts.num_samples if opts.tune else draw_tunes(opts.num_samples, opts.seed)) \
-        if form == CI else []  # each row's tune
+    tunes = row_tunes(opts)
     if control == "hard" or not form:
         plans = [[]] * opts.num_samples  # each row's plan given, here none: drawn
     elif form == CI:

@@ -10,9 +10,9 @@ serves it with uvicorn, one process, no database):
 - `POST /generate`: a JSON object of `OPTIONS`, `ckpt_path` (null: the default), `ablate` (heads
   to switch off, `["L3H1", …]`, `model.ablation`) and `ablate_mode` (zero | mean) → 400
   `{"error": "error: …"}`, the message `sample.py` prints, for bad input; else an event stream:
-  `start` {tokens, texts, rows}; one `step` per drawn token {pos, label, text, prob, row,
-  allowed}; `given` {pos, tokens, texts, rows} for a prompt that follows a drawn plan; then
-  `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
+  `start` {tokens, texts, rows, tune: a 词's template (`template`) or null}; one `step` per drawn
+  token {pos, label, text, prob, row, allowed}; `given` {pos, tokens, texts, rows} for a prompt
+  that follows a drawn plan; then `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
 - `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
 
 Only its own page can drive it (`LocalOnly`, as local servers such as Jupyter's do): a request
@@ -61,7 +61,7 @@ from model.cli import USER_ERRORS
 from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
-from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text
+from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text, row_tunes
 
 MAX_ABLATED = 256
 """The most head names a request may list."""
@@ -143,6 +143,13 @@ def event(name: str, data: dict) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
+def template(tune: str) -> dict:
+    """What the page shows of a tune while a 词 streams: {name, variants: [{lines: [[length, mark]],
+    stanza, rhymes, segments, tones}], commonest first} (`data.verse.tunes.Variant`)."""
+    return {"name": tune, "variants": [{"lines": v.lines, "stanza": v.stanza, "rhymes": v.rhymes,
+                                        "segments": v.segments, "tones": v.tones} for v in tunes()[tune]]}
+
+
 class Poem:
     """One page's poem: the engine's steps (`poem_steps` with attention rows) as the page's events.
     raises as `poem_steps` when made, before the first step."""
@@ -150,6 +157,7 @@ class Poem:
     def __init__(self, engine: Engine, opts: SamplingOptions, received: float):
         self.engine, self.tok, self.received = engine, engine.tokenizer, received
         start, self.steps = poem_steps(engine, opts, attention_rows=True)
+        self.tune = next(iter(row_tunes(opts)), None)  # a 词's tune, or None
         self.seq: list[int] = start[0].tolist()
         ids = plan_ids(self.tok)
         self.given = ids.segment_mask(self.seq) if ids else [False] * len(self.seq)  # the segment: no text
@@ -168,7 +176,7 @@ class Poem:
 
     def start_event(self) -> str:
         seq, self.seq = self.seq, []
-        return event("start", self.chunk(seq))
+        return event("start", {**self.chunk(seq), "tune": None if self.tune is None else template(self.tune)})
 
     def allowed(self, mask: torch.Tensor) -> dict:
         """A step's mask, (V,) bool → {count, of, and `allowed` or `blocked`: labels, the shorter
