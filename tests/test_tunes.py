@@ -76,7 +76,17 @@ def test_an_acrostic_and_a_prompt_with_a_tune(lit):
     ({"tune": "浣溪纱"}, "nearest: 浣溪沙"),
     ({"tune": "浣溪沙", "acrostic": "春夏秋冬风"}, "has 5 characters, but 浣溪沙 has 6 lines"),
     ({"tune": "浣溪沙", "prompt": "一曲新词，"}, "does not fit 浣溪沙 at '，'"),
-    ({"tune": "浣溪沙", "keywords": ["明月"]}, "keywords are not placed in 词 yet"),
+    ({"tune": "菩萨蛮", "keywords": ["明月照高楼流水"]},
+     "has 7 characters, more than a line of 菩萨蛮 holds before its rhyme \\(6\\)"),
+    ({"tune": "浣溪沙", "keywords": ["木落水冷月色"], "meter": True}, "木落水冷月色 \\(仄仄仄仄仄仄\\) fits no position "
+                                                                   "of 浣溪沙's 平仄 \\(meter=true\\)"),
+    ({"tune": "菩萨蛮", "keywords": ["明月照高楼", "清风拂山林", "故乡千万里", "春花秋月何", "杨柳岸晓风",
+                                    "残月落西山", "千山万水间", "一江春水流", "梧桐更兼细"]},
+     "have 45 characters, more than 菩萨蛮 holds \\(44\\)"),
+    ({"tune": "浣溪沙", "keywords": ["明月"], "control": "soft"}, "needs a model trained with plan tokens"),
+    ({"tune": "浣溪沙", "keywords": ["明月。"]}, "not made of characters of a line"),
+    ({"tune": "浣溪沙", "keywords": ["明月照高楼上", "故乡千万里外"], "acrostic": "春夏秋冬风花"},  # only line 4
+     "cannot all be placed in 浣溪沙 with .* the acrostic, one keyword to each part of the 词"),  # has no rhyme
     ({"form": "cii"}, "unknown form 'cii'"),
     ({"tune": "浣溪沙", "form": "qijue"}, "writes a 词 \\(form=ci\\), not a qijue"),
     ({"tune": "水调歌头", "max_new_tokens": 100}, "too few for this poem"),
@@ -214,3 +224,40 @@ def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
     assert stanzas(HUANXISHA, "浣溪沙") == ["一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。",
                                          "无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"]
     assert stanzas("一曲新词酒一杯。", "浣溪沙") == ["一曲新词酒一杯。"]
+
+
+def kept_keywords(poems, tune, keywords):
+    """(share holding every keyword whole inside a line, share of keyword starts at a rhyme position)."""
+    from data.verse.ci import ci_lines
+
+    inside = [all(any(w in line for line in ci_lines(p)) for w in keywords) for p in poems]
+    at_rhyme = 0
+    for p in poems:
+        v = variant_of(p, tune)
+        for line, r in zip(ci_lines(p), v.rhymes):
+            at_rhyme += r is not None and any(line.rstrip("，。、？！；").endswith(w[-1]) and w in line for w in keywords)
+    return sum(inside) / len(poems), at_rhyme
+
+
+@pytest.mark.parametrize("tune, opts", [
+    ("浣溪沙", {}), ("菩萨蛮", {"rhyme": True, "meter": True}), ("水调歌头", {"rhyme": True, "meter": True}),
+    ("浣溪沙", {"acrostic": "春夏秋冬风花", "rhyme": True}), ("浣溪沙", {"prompt": "一曲新词酒一杯。"}),
+])
+def test_keywords_stand_in_every_ci_of_a_tune_and_leave_its_rhymes_to_it(lit, tune, opts):
+    """Every 词 holds every keyword whole inside a line, keeps its template (and its rhyme and
+    平仄 where asked), and no keyword ends on a rhyming line's last character."""
+    words = ["明月", "故乡"]
+    poems = ci(lit, 12, tune=tune, keywords=words, seed=2, **opts)
+    assert kept_keywords(poems, tune, words) == (1.0, 0)
+    figures = kept(poems, tune)
+    assert figures[0] == 1.0 and (figures[1:] == (1.0, 1.0) if opts.get("meter") else True)
+    assert all(p.startswith(opts.get("prompt", "")) for p in poems)
+
+
+def test_keywords_in_a_ci_with_and_without_the_kv_cache_and_per_row(lit):
+    opts = {"tune": "菩萨蛮", "keywords": [["明月"], ["故乡", "青山"], ["白云"]], "rhyme": True, "seed": 4}
+    poems = ci(lit, 3, **opts)
+    assert poems == ci(lit, 3, use_cache=False, **opts)
+    assert [kept_keywords([p], "菩萨蛮", w)[0] for p, w in zip(poems, opts["keywords"])] == [1.0] * 3
+    drawn = ci(lit, 6, form="ci", keywords="明月,故乡", seed=5)  # a tune per 词, drawn
+    assert [kept_keywords([p], t, ["明月", "故乡"])[0] for p, t in zip(drawn, draw_tunes(6, 5))] == [1.0] * 6

@@ -163,8 +163,6 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if form == CI and control == "soft" and not ids.tunes:
         raise ValueError("this model has no tune plan tokens (a data=tang+ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
-    if form == CI and opts.keywords_forced and any(keyword_rows(opts.keywords, opts.num_samples)):
-        raise ValueError("keywords are not placed in 词 yet: leave keywords= out when writing to a tune")
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
@@ -181,8 +179,15 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if grammar:
         processors.append(grammar)
     constraint = None
-    if form == CI:
-        constraint = TuneConstraint(tok, tunes, acrostic, opts.rhyme, opts.meter, engine.script)  # soft: checks only
+    rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
+            for row in keyword_rows(opts.keywords, opts.num_samples)]
+    if form == CI:  # soft: checks only
+        forced = rows if opts.keywords_forced and any(rows) else []
+        if forced:
+            check_forced(tok, rows, control)
+        constraint = TuneConstraint(tok, tunes, acrostic, opts.rhyme, opts.meter, engine.script, forced, prompt,
+                                    opts.seed)
+        constraint.check_keywords()
     elif control != "soft" and (form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, form, acrostic, opts.rhyme, engine.script, opts.meter)
     if constraint is not None:
@@ -195,8 +200,6 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
                          f"{to_draw} plan token(s)")
-    rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
-            for row in keyword_rows(opts.keywords, opts.num_samples)]
     hints = [w for row in rows for w in row] if not opts.keywords_forced else []  # forced: keyword_processor checks
     if bad := next((w for w in hints if not all(map(is_hanzi, w)) or len(w) > MAX_FREE_LINE), None):
         raise ValueError(f"the keyword hint {bad!r} is not made of the characters of one line (CJK characters only, "
@@ -205,7 +208,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if not opts.keywords_forced and any(rows) and not has_conditions(engine):
         raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
                          "(data.conditions); this one was trained without: leave keywords forced")
-    if opts.keywords_forced and any(rows):
+    if opts.keywords_forced and any(rows) and form != CI:  # a 词's: its TuneConstraint
         processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw,
                                         opts.seed)
     text = tok.encode(prompt)
@@ -239,6 +242,17 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
 
 
+def check_forced(tok: Tokenizer, rows: list[tuple[str, ...]], control: str) -> None:
+    """raises ValueError for forced keywords no mask can write: a non-character tokenizer, soft
+    control, a keyword with other than CJK characters."""
+    if not isinstance(tok, CharTokenizer):
+        raise ValueError("keywords need a character-level model (tokenizer=char)")
+    if control == "soft":
+        raise ValueError("forced keywords are masks, not plan tokens: use control=hard or control=both")
+    if bad := next((w for row in rows for w in row if not all(map(is_hanzi, w))), None):
+        raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
+
+
 def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: PoemConstraint | None,
                       prompt: str, control: str, max_new_tokens: int, seed: int = 0) -> list[KeywordConstraint]:
     """The `KeywordConstraint` forcing each row's keywords (rows: in the model's script; none:
@@ -247,12 +261,7 @@ def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: P
     be placed (`KeywordConstraint.check`)."""
     if not any(rows):
         return []
-    if not isinstance(tok, CharTokenizer):
-        raise ValueError("keywords need a character-level model (tokenizer=char)")
-    if control == "soft":
-        raise ValueError("forced keywords are masks, not plan tokens: use control=hard or control=both")
-    if bad := next((w for row in rows for w in row if not all(map(is_hanzi, w))), None):
-        raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
+    check_forced(tok, rows, control)
     needed = max(len(row) + 1 for row in rows) * (MAX_FREE_LINE + 1) + 1 if constraint is None else 0
     if needed > max_new_tokens:
         raise ValueError(f"max_new_tokens={max_new_tokens} is too few for these keywords without a form; "

@@ -13,7 +13,9 @@ token when one of them allows it:
   is left; a tune that changes rhyme (菩萨蛮) picks a class per segment;
 - `meter`: every position the template fixes (平 or 仄, not 中) takes a character of that tone
   (a polyphonic character fits either);
-- `acrostic`: line i starts with the acrostic's i-th character (templates with as many lines).
+- `acrostic`: line i starts with the acrostic's i-th character (templates with as many lines);
+- `keywords`: each row's keywords stand in it, whole, inside a line, where the model chooses
+  (`model.sampling.ci_keywords`: the rules of `model.sampling.keywords` on the templates).
 
 Plan tokens (a model trained with them, the default): a row's plan slots take its tune's token
 (a model trained with tune tokens, `data=tang+ci`) or else `<其他>`, the form token of every poem
@@ -33,6 +35,7 @@ from data.verse.meter import tones
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import is_hanzi
 from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, find_tune, tunes
+from model.sampling.ci_keywords import KeywordRow, TuneKeywords
 from model.sampling.constraints import poem_tokens
 
 
@@ -90,19 +93,24 @@ class _TuneRow:
     ended: bool = False
     plan_left: int = 0
     tune: str = ""
+    kw: KeywordRow | None = None
 
 
 class TuneConstraint:
     """Logits processor keeping a tune's template, its rhyme and 平仄 (module docstring).
 
     tokenizer: the model's CharTokenizer; tune: a tune name (either script, `find_tune`), or one
-    per row; acrostic: in the model's script; script: the model's script. raises ValueError for a
-    non-character tokenizer, an unknown tune (with the nearest names), an acrostic with a line
-    count no template has, or a vocabulary without the template's marks or rhymes.
+    per row; acrostic: in the model's script; script: the model's script; keywords: one tuple
+    per row (or one for every row) of cleaned keywords in the model's script
+    (`model.sampling.keywords.clean_keywords`); prompt: the text given (its keywords count as
+    written); seed: the keywords' slots. raises ValueError for a non-character tokenizer, an
+    unknown tune (with the nearest names), an acrostic with a line count no template has, or a
+    vocabulary without the template's marks or rhymes; `check_keywords` for keywords.
     """
 
     def __init__(self, tokenizer: CharTokenizer, tune: str | Sequence[str], acrostic: str = "", rhyme: bool = False,
-                 meter: bool = False, script: str = "simplified"):
+                 meter: bool = False, script: str = "simplified", keywords: Sequence[tuple[str, ...]] = (),
+                 prompt: str = "", seed: int = 0):
         if not isinstance(tokenizer, CharTokenizer):
             raise ValueError("form=ci needs a character-level model (tokenizer=char)")
         self.tok, self.acrostic, self.rhyme, self.meter = tokenizer, acrostic, rhyme, meter
@@ -132,6 +140,11 @@ class TuneConstraint:
         self.consumed = 0
         self._masks: dict[tuple, torch.Tensor] = {}
         self._class_unions: dict[frozenset, torch.Tensor] = {}
+        self.prompt = prompt
+        self.row_keywords = [tuple(w for w in row if w not in prompt) for row in keywords]
+        first = sum(map(is_hanzi, prompt))  # the body index where the keywords' sections start
+        self.kw = TuneKeywords(self.templates, self.tones, meter, acrostic, first, seed, self._only) \
+            if any(self.row_keywords) else None
 
     def _usable(self, name: str) -> list[Variant]:
         """The templates of tune `name` this processor writes (module docstring). raises ValueError
@@ -154,10 +167,51 @@ class TuneConstraint:
         """Tokens of the longest template, marks and `<eos>` included (not `<bos>`)."""
         return max(t.length + len(t.marks) for t in self.templates) + 1
 
-    def _start(self, tune: str) -> _TuneRow:
+    def _start(self, tune: str, keywords: tuple[str, ...] = ()) -> _TuneRow:
         live = self.of_tune[tune]
         return _TuneRow(live=live, classes={i: (None,) * len(self.templates[i].variant.segments) for i in live},
-                        plan_left=PLAN_SLOTS if self.plan else 0, tune=tune)
+                        plan_left=PLAN_SLOTS if self.plan else 0, tune=tune,
+                        kw=KeywordRow(frozenset(keywords), len(keywords)) if keywords else None)
+
+    def _only(self, chars) -> torch.Tensor:
+        """(V,) bool: only these characters."""
+        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
+        allowed[[self.tok.stoi[c] for c in chars]] = True
+        return allowed
+
+    def check_keywords(self) -> None:
+        """raises ValueError, in one line, if some row's keywords cannot all be placed in its tune:
+        a keyword longer than every line, more keyword characters than the 词 holds, a keyword
+        whose 平仄 fits no position (meter), or no joint placement (the rules of
+        `model.sampling.ci_keywords`, the acrostic, the prompt)."""
+        rows = self.row_keywords * len(self.row_tunes) if len(self.row_keywords) == 1 else self.row_keywords
+        for tune, words in dict.fromkeys(zip(self.row_tunes, rows)):
+            if not words:
+                continue
+            row = self._start(tune, words)
+            row.plan_left = 0
+            for c in self.prompt:
+                self._advance(row, c)
+            templates = [self.templates[i] for i in self.of_tune[tune]]
+            longest = max(n - (r is not None) for t in templates for (n, _), r in zip(t.variant.lines, t.variant.rhymes))
+            size = max(t.length for t in templates)
+            if long := [w for w in words if len(w) > longest]:
+                raise ValueError(f"the keyword {long[0]} has {len(long[0])} characters, more than a line of {tune} "
+                                 f"holds before its rhyme ({longest})")
+            if (total := sum(map(len, words))) > size:
+                raise ValueError(f"the keywords {'、'.join(words)} have {total} characters, more than {tune} holds "
+                                 f"({size})")
+            for w in words:
+                if self.meter and not any(self.kw.tones_fit(i, k, w) for i in self.of_tune[tune]
+                                          for k in range(self.templates[i].length - len(w) + 1)):
+                    tones = "".join("/".join(sorted(self.tones.get(c, ()))) or "?" for c in w)
+                    raise ValueError(f"the keyword {w} ({tones}) fits no position of {tune}'s 平仄 (meter=true)")
+            if not any(self.kw.placeable(i, row.k, row.kw.pending, row.kw.total) for i in row.live):
+                rules = ["each rhyming line's last character left to the rhyme", *(["the 平仄"] * self.meter),
+                         *(["the acrostic"] * bool(self.acrostic)), *(["the prompt"] * bool(self.prompt)),
+                         *(["one keyword to each part of the 词"] * (len(words) > 1))]
+                said = f"the keywords {'、'.join(words)} cannot all" if len(words) > 1 else f"the keyword {words[0]} cannot"
+                raise ValueError(f"{said} be placed in {tune} with {', '.join(rules)}")
 
     def check_text(self, text: str) -> None:
         """raises ValueError saying where `text` (a prompt) leaves every template of a tune asked for."""
@@ -209,11 +263,20 @@ class TuneConstraint:
                 return "no line of the tune ends here" + ("" if row.k else " (a 词 starts with a character)")
             row.live, row.marked = live, True
             row.ended = all(self.templates[i].length == row.k for i in live)
+            if row.kw is not None:
+                TuneKeywords.advance(row.kw, None)
             return None
         results = {i: self._char_ok(i, row, c) for i in row.live}
         live = frozenset(i for i, (ok, _) in results.items() if ok)
         if not live:
             return next(why for _, why in results.values())
+        if row.kw is not None and row.k >= self.kw.first:  # the keywords: templates that allow c, and what c opens
+            self.kw.key(row.kw, row.k, row.live)
+            live = frozenset(i for i in live if (m := self.kw.mask(i, row.k, row.kw, row.live)) is None
+                             or m[self.tok.stoi[c]])
+            if not live:
+                return "the keywords could not all be placed after it"
+            TuneKeywords.advance(row.kw, c, {w for i in live for w in self.kw.starts(i, row.k, row.kw)})
         for i in live:
             t = self.templates[i]
             if self.rhyme and (segment := t.rhyme_at.get(row.k)) is not None:
@@ -233,7 +296,7 @@ class TuneConstraint:
         else:
             due = tuple((i, row.classes[i][s]) for i in sorted(row.live)
                         if (s := self.templates[i].rhyme_at.get(row.k)) is not None) if self.rhyme else ()
-            key = (row.k, row.marked, row.live, due)
+            key = (row.k, row.marked, row.live, due, row.kw and self.kw.key(row.kw, row.k, row.live))
         if key not in self._masks:
             self._masks[key] = self._mask_of(row)
         mask = self._masks[key]
@@ -256,6 +319,8 @@ class TuneConstraint:
             return allowed
         for i in row.live:
             t, (kind, rhyme) = self.templates[i], self._expects(i, row)
+            if kind != "char" and row.kw is not None and (row.kw.open or kind == "end" and row.kw.pending):
+                continue  # no line ends inside a keyword, no 词 before its keywords
             if kind == "mark":
                 allowed[self.tok.stoi[rhyme]] = True
                 continue
@@ -272,14 +337,17 @@ class TuneConstraint:
             if rhyme is not None:
                 segment, shared = rhyme
                 mask = mask & self._rhymes(shared if shared is not None else self.open[t.variant.segments[segment]])
+            if row.kw is not None and (words := self.kw.mask(i, row.k, row.kw, row.live)) is not None:
+                mask = mask & words
             allowed |= mask
         return allowed
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
         if not self.rows:
-            self.rows = [self._start(t) for t in (self.row_tunes * idx.size(0) if len(self.row_tunes) == 1
-                                                  else self.row_tunes)]
+            tunes = self.row_tunes * idx.size(0) if len(self.row_tunes) == 1 else self.row_tunes
+            words = self.row_keywords * len(tunes) if len(self.row_keywords) == 1 else self.row_keywords
+            self.rows = [self._start(t, w) for t, w in zip(tunes, words or [()] * len(tunes))]
         for row, ids in zip(self.rows, poem_tokens(idx, self.consumed, self.plan)):
             for i in ids:
                 if i in (self.tok.bos_id, self.tok.eos_id):
