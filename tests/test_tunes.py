@@ -12,7 +12,7 @@ from data.build_corpus import CORPUS_DIR
 from data.corpus_io import iter_corpus
 from data.tokenizer import CharTokenizer
 from data.verse.tunes import draw_tunes, rhyme_kept, tones_kept, tunes, variant_of
-from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_scores, heldout_ci
+from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_ci_table, format_scores, heldout_ci
 from model.inspection.evaluation import ci_sets, is_ci, sample_requests
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.lit import LitGPT
@@ -128,15 +128,17 @@ def test_ci_figures_of_held_out_ci_and_of_a_line_cut_short():
 
 def test_the_evaluation_ci_sets_keep_their_tunes_by_masks(lit):
     requests = sample_requests(["ci"], [])
-    assert len(requests) == 16 and list(requests)[:4] == ["ci", "浣溪沙", "浣溪沙+rhyme", "浣溪沙+meter"]
+    assert len(requests) == 18 and list(requests)[:4] == ["ci", "浣溪沙", "浣溪沙+rhyme", "浣溪沙+meter"]
     assert all(is_ci(fields) for fields in requests.values()) and not is_ci({"form": "wujue"})
     with_titles = sample_requests(["ci"], [], conditions_model=True)  # no masks: the tune as the title
-    assert len(with_titles) == 21 and with_titles["菩萨蛮+title"] == {"title": "菩萨蛮", "measured_as": "菩萨蛮"}
+    assert len(with_titles) == 23 and with_titles["菩萨蛮+title"] == {"title": "菩萨蛮", "measured_as": "菩萨蛮"}
     assert is_ci(with_titles["菩萨蛮+title"]) and not is_ci({"title": "静夜思"})
     base = SamplingOptions(num_samples=4, seed=0, temperature=1.0, top_k=None, max_new_tokens=200)
-    poems, rows = ci_sets(lit.engine, base, {k: requests[k] for k in ("ci", "菩萨蛮+meter")}, 20)
+    poems, rows = ci_sets(lit.engine, base, {k: requests[k] for k in ("ci", "菩萨蛮+meter", "ci+meter+keywords")}, 20)
     assert [rows["菩萨蛮+meter"][m] for m in ("format", "match", "rhyme", "tones")] == [1.0] * 4
     assert rows["ci"]["match"] == 1.0 and rows["human (held-out)"]["n"] == 20 and len(poems["ci"]) == 4
+    assert [rows["ci+meter+keywords"][m] for m in ("match", "rhyme", "tones", "keywords")] == [1.0] * 4
+    assert "keywords" not in rows["ci"] and "keywords" in format_ci_table(rows).splitlines()[0]
 
 
 def test_a_vocabulary_without_enough_rhymes_is_refused_in_one_line(lit):
@@ -190,7 +192,7 @@ def test_a_model_with_tune_tokens_is_evaluated_without_masks_by_its_tune_tokens(
     requests = sample_requests(["ci"], [], plan_model=True, conditions_model=True, tunes_model=True)
     assert requests["ci+soft"] == {"form": "ci", "control": "soft"}
     assert requests["菩萨蛮+soft"] == {"tune": "菩萨蛮", "control": "soft"}
-    assert len(requests) == 22 and not any(name.endswith("+title") for name in requests)
+    assert len(requests) == 24 and not any(name.endswith("+title") for name in requests)
 
 
 def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):

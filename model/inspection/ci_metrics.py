@@ -11,6 +11,7 @@ against that tune's templates (`data.verse.tunes`), in simplified script (the te
 | `tones` | the 平/仄 positions whose character has that tone (`tones_kept`) | fixed positions of matching 词 |
 | `copy` | the line, marks stripped, at least four characters, is a line of a training 词 | such lines |
 | `distinct_2` | distinct character bigrams ÷ all, within each 词 (as `poem_metrics`) | the first `n_distinct` 词 |
+| `keywords` | every keyword the 词 was written with stands whole inside one of its lines (sets with keywords only) | 词 |
 """  # noqa: E501 (its table)
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from data.verse.script import prompt_to_script
 from data.verse.tunes import rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.poem_metrics import distinct_n
 
-CI_METRICS = ("n", "format", "match", "rhyme", "tones", "copy", "distinct_2")
+CI_METRICS = ("n", "format", "match", "rhyme", "tones", "copy", "distinct_2", "keywords")
 CI_CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "ci.jsonl.xz"
 MIN_COPY = 4
 """Shorter lines (三字句 such as 转朱阁) repeat across 词 by themselves: `copy` leaves them out."""
@@ -63,8 +64,9 @@ def _rate(a: int, b: int) -> float | None:
 
 
 def ci_metrics(poems: list[str], tune_names: list[str], script: str, train_lines: frozenset[str],
-               n_distinct: int | None = None) -> dict:
-    """The figures of the module docstring for `poems` written to `tune_names` (one per 词), in `script`."""
+               n_distinct: int | None = None, keywords: list[list[str]] | None = None) -> dict:
+    """The figures of the module docstring for `poems` written to `tune_names` (one per 词), in
+    `script`; `keywords`: those each was written with (None: no `keywords` figure)."""
     if script != "simplified":
         poems = [prompt_to_script(p, "simplified") for p in poems]
     scores = [format_scores(p, t) for p, t in zip(poems, tune_names)]
@@ -83,14 +85,17 @@ def ci_metrics(poems: list[str], tune_names: list[str], script: str, train_lines
         "tones": _rate(sum(a for a, _ in tone), sum(b for _, b in tone)),
         "copy": _rate(sum(line in train_lines for line in lines), len(lines)),
         "distinct_2": distinct_n(poems[:n_distinct] if n_distinct else poems, 2),
+        **({"keywords": _rate(sum(all(any(w in line for line in ci_lines(p)) for w in ws)
+                                  for p, ws in zip(poems, keywords)), len(poems))} if keywords is not None else {}),
     }
 
 
 def format_ci_table(rows: dict[str, dict]) -> str:
-    """The 词 rows as a text table (percentages; `–` where undefined)."""
-    header = f"{'set':28} " + " ".join(f"{m:>10}" for m in CI_METRICS)
+    """The 词 rows as a text table (percentages; `–` where undefined; `keywords` only when a set has it)."""
+    shown = [m for m in CI_METRICS if m != "keywords" or any("keywords" in r for r in rows.values())]
+    header = f"{'set':28} " + " ".join(f"{m:>10}" for m in shown)
     out = [header]
     for name, r in rows.items():
-        cells = [f"{r['n']:>10}"] + [f"{'–':>10}" if r[m] is None else f"{r[m]:>10.1%}" for m in CI_METRICS[1:]]
+        cells = [f"{r['n']:>10}"] + [f"{'–':>10}" if r.get(m) is None else f"{r[m]:>10.1%}" for m in shown[1:]]
         out.append(f"{name:28} " + " ".join(cells))
     return "\n".join(out)

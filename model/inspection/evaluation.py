@@ -34,6 +34,7 @@ from model.sampling.conditions import known_poets
 from model.sampling.constraints import PoemConstraint
 from model.sampling.keywords import KeywordConstraint
 from model.sampling.poems import SamplingOptions, poem_text, read_plans, sample_ids
+from model.sampling.tunes import TuneConstraint
 
 SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", "ci")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
@@ -41,7 +42,8 @@ SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions",
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
 `conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
 each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
-with rhyme, with rhyme and meter; for a model trained with tune tokens (`data=tang+ci`) also
+with rhyme, with rhyme and meter; to drawn tunes with a held-out 词's keywords (`ci+keywords`, and
+with rhyme and meter `ci+meter+keywords`: `draw_ci_keywords`); for a model trained with tune tokens (`data=tang+ci`) also
 without masks, the tune's token as the plan (`ci+soft`, `浣溪沙+soft`), or else for a model
 trained with conditions the tune given as the title (`浣溪沙+title`) (measured by
 `model.inspection.ci_metrics` against the tune, beside held-out 词)."""
@@ -97,6 +99,8 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         for tune in CI_TUNES:
             requests.update({tune: {"tune": tune}, f"{tune}+rhyme": {"tune": tune, "rhyme": True},
                              f"{tune}+meter": {"tune": tune, "rhyme": True, "meter": True}})
+        requests.update({"ci+keywords": {"form": "ci", "keywords": HELD_OUT},
+                         "ci+meter+keywords": {"form": "ci", "rhyme": True, "meter": True, "keywords": HELD_OUT}})
     if "ci" in kinds and tunes_model:  # no masks: the tune's plan token
         requests["ci+soft"] = {"form": "ci", "control": "soft"}
         requests.update({f"{tune}+soft": {"tune": tune, "control": "soft"} for tune in CI_TUNES})
@@ -119,18 +123,52 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
     """The 词 requests (`is_ci`) sampled with `base` (tunes drawn as the sampler draws them for
     `form=ci` alone) and measured by `ci_metrics` beside `n_reference` held-out 词 (the REFERENCE
     row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
-    poems, tune_names = {}, {}
+    poems, tune_names, keywords = {}, {}, {}
     for name, fields in requests.items():
-        rows = sample_ids(engine, replace(base, **{k: v for k, v in fields.items() if k != MEASURED_AS}))
-        poems[name] = [poem_text(engine.tokenizer, row) for row in rows]
         tune = fields.get("tune") or fields.get(MEASURED_AS)
         tune_names[name] = [tune] * base.num_samples if tune else draw_tunes(base.num_samples, base.seed)
+        fields = {k: v for k, v in fields.items() if k != MEASURED_AS}
+        if fields.get("keywords") == HELD_OUT:
+            keywords[name] = fields["keywords"] = draw_ci_keywords(engine, fields, tune_names[name])
+        rows = sample_ids(engine, replace(base, **fields))
+        poems[name] = [poem_text(engine.tokenizer, row) for row in rows]
     held = heldout_ci(n_reference)
     lines = ci_training_lines()
     n_distinct = base.num_samples
     rows = {REFERENCE: ci_metrics([t for t, _ in held], [u for _, u in held], "simplified", lines, n_distinct)}
-    rows.update({name: ci_metrics(poems[name], tune_names[name], engine.script, lines, n_distinct) for name in poems})
+    rows.update({name: ci_metrics(poems[name], tune_names[name], engine.script, lines, n_distinct, keywords.get(name))
+                 for name in poems})
     return poems, rows
+
+
+def draw_ci_keywords(engine: Engine, fields: dict, tune_names: list[str], k: int = 2) -> list[list[str]]:
+    """Per 词 to write (its tune in `tune_names`), the k best keywords (`data.keywords.poem_keywords`,
+    TextRank) of the next held-out 词 (`heldout_ci`, in turn) that it can hold with these
+    controls (`TuneConstraint.check_keywords`), or the first of them alone, or the next 词's (one
+    with a character outside the vocabulary is passed over). raises ValueError if the held-out
+    词 run out first."""
+    tok, sources, chosen, at = engine.tokenizer, [t for t, _ in heldout_ci(10 ** 9)], [], 0
+    for tune in tune_names:
+        found = None
+        while found is None:
+            if at == len(sources):
+                raise ValueError(f"only {len(chosen)} of {len(sources)} held-out 词 have keywords a 词 with {fields} "
+                                 f"can hold; {len(tune_names)} are needed")
+            try:
+                words = [engine.to_model_text(w, "keywords") for w in poem_keywords(sources[at], k)]
+            except ValueError:  # a character outside the vocabulary
+                words = []
+            at += 1
+            for candidate in ([words] if len(words) > 1 else []) + [[w] for w in words]:
+                try:
+                    TuneConstraint(tok, tune, fields.get("acrostic", ""), fields.get("rhyme", False),
+                                   fields.get("meter", False), engine.script, [tuple(candidate)]).check_keywords()
+                except ValueError:
+                    continue
+                found = candidate
+                break
+        chosen.append(found)
+    return chosen
 
 
 def draw_keywords(engine: Engine, fields: dict, sources: Sequence[str], n: int, k: int = 2
