@@ -19,13 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from data.tokenizer import Tokenizer
+from data.verse.ci import CI_LINE_END
+from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
 from data.verse.rhyme import is_level_tone, level_tone_table, readings
+from data.verse.tunes import tunes
 
+TUNE_LINES = 32
+"""Lines a tune's template row holds (`tune_tables`; the longest template has 26)."""
 TONES = ("none", "level", "oblique", "both")
 TOKEN_KINDS = ("other", "bos", "eos", "line_end")
 """`token_kinds` ids: 0 any other token, 1 `<bos>` or a plan token (the poem's text starts after
-it), 2 `<eos>`, 3 a mark that ends a line (`data.verse.poetry.LINE_END`: ，。？！；)."""
+it), 2 `<eos>`, 3 a mark that ends a line (`data.verse.poetry.LINE_END`: ，。？！；, and for a
+tokenizer with tune tokens the 词's 、 too, `data.verse.ci.CI_LINE_END`)."""
 GROUPS = 31
 """Group ids: 0 none, then the 30 level-tone groups (`group_ids`)."""
 READINGS = 4
@@ -79,9 +85,30 @@ def full_stops(tokenizer: Tokenizer) -> list[bool]:
 def token_kinds(tokenizer: Tokenizer) -> list[int]:
     """The `TOKEN_KINDS` id of every id of `tokenizer` (a token ending in a line-end mark is one)."""
     bos, eos = tokenizer.encode("", bos=True, eos=True)
+    marks = tuple(CI_LINE_END if _tune_rows(tokenizer) else LINE_END)
     kinds = []
     for i in range(tokenizer.vocab_size):
         text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
-        kinds.append(1 if i == bos or tokenizer.is_plan(i) else 2 if i == eos else 3 if text[-1:] in tuple(LINE_END)
-                     else 0)
+        kinds.append(1 if i == bos or tokenizer.is_plan(i) else 2 if i == eos else 3 if text[-1:] in marks else 0)
     return kinds
+
+
+def _tune_rows(tokenizer: Tokenizer) -> dict[int, str]:
+    """Token id → tune, for the tune tokens of a tokenizer (`data.verse.plan`; none: {})."""
+    ids = plan_ids(tokenizer)
+    return {} if ids is None else {i: t for t, i in ids.tunes.items()}
+
+
+def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[bool]]]:
+    """Per token id, TUNE_LINES line lengths and rhyme flags: for a tune token its commonest
+    template's (`data.verse.tunes`: each line's characters, whether its last one rhymes; 0 and
+    False past its last line), for every other token 0 and False (what `structure_ids` counts a
+    词's lines by, as SongNet gives its model the template)."""
+    rows = _tune_rows(tokenizer)
+    lengths = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
+    rhymes = [[False] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
+    for i, tune in rows.items():
+        v = tunes()[tune][0]
+        for k, ((n, _), r) in enumerate(zip(v.lines[:TUNE_LINES], v.rhymes)):
+            lengths[i][k], rhymes[i][k] = n, r is not None
+    return lengths, rhymes

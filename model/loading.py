@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from data.corpus_io import heldout_poems
-from data.features import full_stops, phonology_tables, token_kinds
+from data.features import full_stops, phonology_tables, token_kinds, tune_tables
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from model.ablation import MEAN_POEMS
 from model.ablation import ablate as ablate_heads
@@ -210,6 +210,8 @@ def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tab
         gpt.poem.set_phonology(torch.tensor(groups_tones.groups), torch.tensor(groups_tones.tones))
         gpt.poem.set_token_kinds(torch.tensor(token_kinds(tokenizer)))
         gpt.poem.set_full_stops(torch.tensor(full_stops(tokenizer)))
+    if gpt.poem is not None:  # not in a checkpoint: always from the data
+        gpt.poem.set_tunes(*map(torch.tensor, tune_tables(tokenizer)))
     return gpt
 
 

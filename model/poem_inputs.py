@@ -9,7 +9,9 @@ measured apart.
   rhyme group raises every character of it.
 - structure (SongNet, Li et al. 2020): embeddings of where the next token sits in its poem, its
   line, the countdown to the line's end and its slot type, read from the text so far
-  (`structure_ids`), also in a window that starts mid-poem.
+  (`structure_ids`), also in a window that starts mid-poem; in a 词 planned by its tune's token
+  (`data=tang+ci`), read from the tune's template instead, as SongNet gives its model the
+  template.
 - `rhyme_loss_weight` > 0: an auxiliary head predicting the rhyme group of every target in a
   rhyme slot (a multi-task loss, never in `nats`).
 
@@ -24,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data.features import GROUPS, PAD, READINGS, TOKEN_KINDS, TONES
+from data.features import GROUPS, PAD, READINGS, TOKEN_KINDS, TONES, TUNE_LINES
 
 BOS, EOS, MARK = (TOKEN_KINDS.index(k) for k in ("bos", "eos", "line_end"))
 SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot")
@@ -51,6 +53,11 @@ class PoemInputs(nn.Module):
         self.wslot = nn.Embedding(len(SLOTS), cfg.n_embd)
         self.register_buffer("token_kind", torch.zeros(cfg.vocab_size, dtype=torch.long))  # TOKEN_KINDS ids
         self.register_buffer("full_stop", torch.zeros(cfg.vocab_size, dtype=torch.bool))  # closes a couplet
+        # a tune token's template (`set_tunes`): data, not weights, so not in the checkpoint
+        self.register_buffer("tune_lengths", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
+                             persistent=False)
+        self.register_buffer("tune_rhymes", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.bool),
+                             persistent=False)
 
     @torch.no_grad()
     def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor) -> None:
@@ -86,6 +93,18 @@ class PoemInputs(nn.Module):
             raise ValueError(f"flags must be ({self.cfg.vocab_size},), got {tuple(flags.shape)}")
         self.full_stop.copy_(flags.bool())
 
+    @torch.no_grad()
+    def set_tunes(self, lengths: torch.Tensor, rhymes: torch.Tensor) -> None:
+        """The template of every tune token (`data.features.tune_tables`): lengths (vocab_size,
+        TUNE_LINES) int, each line's characters (0: no line, and every row of a token that is no
+        tune); rhymes (vocab_size, TUNE_LINES) bool, whether its last character rhymes. raises
+        ValueError for a wrong shape."""
+        shape = (self.cfg.vocab_size, TUNE_LINES)
+        if tuple(lengths.shape) != shape or tuple(rhymes.shape) != shape:
+            raise ValueError(f"lengths and rhymes must be {shape}, got {tuple(lengths.shape)}, {tuple(rhymes.shape)}")
+        self.tune_lengths.copy_(lengths)
+        self.tune_rhymes.copy_(rhymes.bool())
+
     def forward(self, x: torch.Tensor, idx: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """The token embeddings x (B, T, n_embd) of idx (B, T) int64 with the poem's rows added
         → (B, T, n_embd); history (B, H) int64: the text's tokens before idx (None: idx starts it)."""
@@ -117,6 +136,8 @@ class PoemInputs(nn.Module):
         first, so in the first line it is 0 (unknown). Slot type: 1 a character of the first
         line, 2 a character, 3 the mark, 4 the last character of an even line (a rhyme slot).
         e.g. after `<bos>床前明月光，疑是地上` the next token (霜) gets line id 2, countdown 2, slot 4.
+        In a 词 whose plan is a tune token (`set_tunes`) the countdown and slot of every line the
+        template has come from the template (the line's length; a rhyme slot where it rhymes).
         """
         full = idx if history is None else torch.cat([history, idx], dim=1)  # (B, N)
         kind = self.token_kind[full]  # (B, N)
@@ -137,7 +158,22 @@ class PoemInputs(nn.Module):
         slot = torch.where(left == 0, 3, torch.where((left == 1) & (line % 2 == 1), 4, 2))
         slot = torch.where(has_length, slot, torch.where(known, 1, 0))
         count_id, slot = self._recovered(kind, full, pos, start, count_id, slot)
+        count_id, slot = self._templated(full, pos, start, known, line, offset, count_id, slot)
         return torch.stack([line_id, count_id, slot], dim=-1)[:, -idx.size(1):]  # (B, T, 3)
+
+    def _templated(self, full, pos, start, known, line, offset, count_id, slot):
+        """`structure_ids`' countdown and slot ids, (B, N) each, read from the template of a tune
+        token that is the poem's plan (right before its last plan token, `start`)."""
+        is_tune = self.tune_lengths[full, 0] > 0  # (B, N)
+        tune_at = torch.where(is_tune, pos, torch.full_like(pos, -1)).cummax(1).values  # the last tune token
+        row = line.clamp(max=TUNE_LINES - 1)  # (B, N)
+        tune = full.gather(1, tune_at.clamp(min=0))  # (B, N) its id
+        length = self.tune_lengths[tune, row]  # (B, N) the line's characters in the template, 0: none
+        templated = known & (tune_at >= 0) & (tune_at == start - 1) & (length > 0)
+        left = (length - offset).clamp(min=0)  # characters before the line's mark
+        t_slot = torch.where(left == 0, 3, torch.where((left == 1) & self.tune_rhymes[tune, row], 4, 2))
+        return (torch.where(templated, left.clamp(max=COUNTDOWN - 2) + 1, count_id),
+                torch.where(templated, t_slot, slot))
 
     def _recovered(self, kind, full, pos, start, count_id, slot):
         """`structure_ids`' countdown and slot ids, (B, N) each, with the positions before the

@@ -216,3 +216,26 @@ def test_a_plan_models_structure_starts_after_its_plan_tokens():
     ids = m.poem.structure_ids(torch.tensor([plain]))[0]  # (T, 3)
     assert torch.equal(m.poem.structure_ids(torch.tensor([planned]))[0, 2:], ids)
     assert ids[10].tolist() == [2, 2, 4]  # before 霜: line 2, the mark after the next, a rhyme slot
+
+
+def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
+    """<bos> <菩萨蛮> <rhyme> 词: every line's countdown comes from the template (7, 7, 5, …) from
+    its first character on, each rhyming line's last character is a rhyme slot, 、 ends a line; a
+    词 planned <其他> is read as a 诗 (the first line's length for the others)."""
+    from data.features import tune_tables
+    from data.verse.plan import plan_ids, plan_labels
+
+    ci = "平林漠漠烟如织，寒山一带伤心碧。暝色入高楼、有人楼上愁。玉阶空伫立，宿鸟归飞急。何处是归程，长亭更短亭。"
+    tok = CharTokenizer.from_texts([ci], plan=plan_labels(tunes=True))
+    m = GPT(GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=1, n_embd=8, poem_inputs=True))
+    m.poem.set_token_kinds(torch.tensor(token_kinds(tok)))
+    m.poem.set_tunes(*map(torch.tensor, tune_tables(tok)))
+    ids = plan_ids(tok)
+    body = tok.encode(ci, eos=True)
+    got = m.poem.structure_ids(torch.tensor([[0, ids.tunes["菩萨蛮"], ids.none, *body]]))[0, 2:].tolist()
+    counts = [c for _, c, _ in got]
+    assert counts[:9] == [8, 7, 6, 5, 4, 3, 2, 1, 8]  # after the plan: 7 characters, the mark; line 2 again 7
+    assert got[7] == [1, 1, 3] and got[6] == [1, 2, 4]  # before ，the mark; before 织 a rhyme slot
+    assert got[16:23] == [[3, 6, 2], [3, 5, 2], [3, 4, 2], [3, 3, 2], [3, 2, 4], [3, 1, 3], [4, 6, 2]]  # 、 ends
+    other = m.poem.structure_ids(torch.tensor([[0, ids.forms["other"], ids.none, *body]]))[0, 2:].tolist()
+    assert other[:8] == [[1, 0, 1]] * 8 and other[20][1] == 4  # 诗 rules: line 3 as long as line 1 (7), 4 written
