@@ -162,8 +162,8 @@ def sampling(res: dict, device: str = "cpu") -> str:
                    n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]],
                  *([f"With `keywords=[{','.join(s['keywords'])}]` (`tiny`, KV cache, alternated):",
                     table(["set", "batch", "tokens/s", "+ keywords, tokens/s", "ratio"], keywords)] if keywords else []),
-                 *(["To a tune with every mask (`tune=… rhyme=true meter=true`) against free sampling of as many tokens "
-                    "(`tiny`, KV cache, alternated):",
+                 *([f"To a tune with every mask (`tune=… {s['tune_rows'][0].get('masks', 'rhyme=true meter=true')}`) "
+                    "against free sampling of as many tokens (`tiny`, KV cache, alternated):",
                     table(["tune", "batch", "tokens", "free, tokens/s", "tune, tokens/s", "ratio"], tunes)]
                    if tunes else []))
 

@@ -14,7 +14,7 @@ ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/samp
 for the `tiny` model with the cache, batches 16 and 300 (evaluate.py's), each poetry-control set
 with and without the keywords, the two alternated `--repeats` times: tokens per second and the
 ratio (keywords ÷ none). Then the cost of writing to a tune (`tune=`, `model/sampling/tunes.py`,
-every mask on: `rhyme=true meter=true`) for a short and two long tunes (longer than the `tiny`
+every mask on: `rhyme=true meter=true keywords=[明月,故乡]`) for a short and two long tunes (longer than the `tiny`
 block: the cache is re-filled), against free sampling of as many tokens, the same way. Writes
 everything to a JSON file.
 """
@@ -113,19 +113,20 @@ def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict
 
 
 def tune_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
-    """Tokens per second of each of TUNES with `rhyme` and `meter` (KV cache, seed 0) and of free
+    """Tokens per second of each of TUNES with `rhyme`, `meter` and KEYWORDS (KV cache, seed 0) and of free
     sampling of as many tokens, the two timed in turn `repeats` times after a warm-up; prints a row
     per tune and batch."""
     rows = []
     print(f"\n{'tune':15} {'batch':>5} {'tokens':>6} {'free tok/s':>10} {'tune tok/s':>10} {'ratio':>6}")
     for batch in batches:
         for tune in TUNES:
-            masked = SamplingOptions(num_samples=batch, seed=0, tune=tune, rhyme=True, meter=True)
+            masked = SamplingOptions(num_samples=batch, seed=0, tune=tune, rhyme=True, meter=True, keywords=KEYWORDS)
             n = sample_steps(engine, masked)  # warm-up, and the tokens the 词 takes
             opts = {True: masked, False: SamplingOptions(num_samples=batch, seed=0, max_new_tokens=n)}
             steps = {False: sample_steps(engine, opts[False]), True: n}
             rate = alternated_rates(engine, opts, steps, batch, repeats)
-            rows.append({"tune": tune, "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
+            rows.append({"tune": tune, "masks": f"rhyme=true meter=true keywords=[{','.join(KEYWORDS)}]",
+                         "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
                          "tune_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
             print(f"{tune:15} {batch:5d} {n:6d} {rate[False]:10.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×",
                   flush=True)

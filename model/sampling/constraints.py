@@ -26,6 +26,7 @@ after them, and a rhyme token in the sequence (drawn or given) fixes the rhyme g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -63,6 +64,23 @@ def poem_tokens(idx: torch.Tensor, consumed: int, plan: PlanIds | None) -> list[
     return [[i for i, inside in zip(row, plan.segment_mask(row)) if not inside] for row in rows]
 
 
+@lru_cache(maxsize=8)
+def vocabulary_tables(tok: CharTokenizer, script: str) -> tuple:
+    """(hanzi (V,) bool, character → its 平水韵 level-tone groups, group → (V,) bool, character →
+    its tones, tone → (V,) bool) of a vocabulary read in `script`: built once per tokenizer
+    (shared tensors: do not modify)."""
+    V, chars = tok.vocab_size, [c for c in tok.itos if is_hanzi(c)]
+    hanzi = torch.tensor([is_hanzi(c) for c in tok.itos])  # (V,) bool
+    groups = rhyme_groups(chars, script)
+    group_masks: dict[str, torch.Tensor] = {}
+    for c, gs in groups.items():
+        for g in gs:
+            group_masks.setdefault(g, torch.zeros(V, dtype=torch.bool))[tok.stoi[c]] = True
+    char_tones = tones(chars, script)
+    tone_masks = {t: torch.tensor([t in char_tones.get(c, ()) for c in tok.itos]) for t in (LEVEL, OBLIQUE)}
+    return hanzi, groups, group_masks, char_tones, tone_masks
+
+
 class PoemConstraint:
     """Logits processor forcing `form`, `acrostic`, `rhyme` and `meter` (see the module docstring).
 
@@ -97,34 +115,27 @@ class PoemConstraint:
             raise ValueError(f"the vocabulary lacks {''.join(missing)}; it cannot close lines")
         self.tok, self.form, self.acrostic, self.rhyme, self.meter = tokenizer, form, acrostic, rhyme, meter
         self.n_lines, self.n_chars = n_lines, n_chars
-        V = tokenizer.vocab_size
-        self.hanzi = torch.tensor([is_hanzi(c) for c in tokenizer.itos])  # (V,) bool
-        self.groups = rhyme_groups((c for c in tokenizer.itos if is_hanzi(c)), script) if rhyme else {}
-        self.group_masks: dict[str, torch.Tensor] = {}  # group → (V,) bool
-        for c, gs in self.groups.items():
-            for g in gs:
-                self.group_masks.setdefault(g, torch.zeros(V, dtype=torch.bool))[tokenizer.stoi[c]] = True
+        self.hanzi, groups, group_masks, char_tones, tone_masks = vocabulary_tables(tokenizer, script)
+        self.groups = groups if rhyme else {}  # character → its level-tone groups
+        self.group_masks: dict[str, torch.Tensor] = group_masks if rhyme else {}  # group → (V,) bool
         # the first rhyme picks among groups with a character for every even line
         self.open_groups = [g for g, m in self.group_masks.items() if m.sum() >= (n_lines or 0) // 2]
         if rhyme and not self.open_groups:
             raise ValueError(f"no 平水韵 level-tone group has {n_lines // 2} characters in this vocabulary")
         self._masks: dict[str, torch.Tensor] = {}  # allowed tokens per expectation, built once
         self.patterns: dict[str, tuple[str, ...]] = {}  # meter: name → one 平/仄 string per line
-        self.tones: dict[str, frozenset[str]] = {}  # meter: character → its tones
-        self.tone_masks: dict[str, torch.Tensor] = {}  # meter: tone → (V,) bool, the characters that have it
+        self.tones: dict[str, frozenset[str]] = char_tones if meter else {}  # meter: character → its tones
+        self.tone_masks: dict[str, torch.Tensor] = tone_masks if meter else {}  # meter: tone → (V,) bool
         if meter:
-            self._set_up_meter(script)
+            self._set_up_meter()
         self.plan = plan_ids(tokenizer)
         self.plan_groups = frozenset(self.open_groups)  # rhyme: the groups a plan's rhyme token may name
         self.rows: list[_Row] = []
         self.consumed = 0
 
-    def _set_up_meter(self, script: str) -> None:
-        """The form's patterns (those the acrostic's line openings fit), the vocabulary's tones and
-        tone masks. raises ValueError if the vocabulary lacks a tone or the acrostic fits no pattern."""
-        itos = self.tok.itos
-        self.tones = tones((c for c in itos if is_hanzi(c)), script)
-        self.tone_masks = {t: torch.tensor([t in self.tones.get(c, ()) for c in itos]) for t in (LEVEL, OBLIQUE)}
+    def _set_up_meter(self) -> None:
+        """The form's patterns (those the acrostic's line openings fit). raises ValueError if the
+        vocabulary lacks a tone or the acrostic fits no pattern."""
         if not all(m.any() for m in self.tone_masks.values()):
             raise ValueError("meter needs characters of both tones (平 and 仄) in the vocabulary")
         self.patterns = {name: lines for name, lines in patterns(self.form).items()

@@ -31,12 +31,11 @@ import torch
 
 from data.tokenizer import CharTokenizer
 from data.verse.ci import CI_LINE_END, rhyme_classes
-from data.verse.meter import tones
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import is_hanzi
 from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, find_tune, tunes
 from model.sampling.ci_keywords import KeywordRow, TuneKeywords
-from model.sampling.constraints import poem_tokens
+from model.sampling.constraints import poem_tokens, vocabulary_tables
 
 
 @dataclass(frozen=True)
@@ -68,15 +67,12 @@ def _template(v: Variant) -> _Template:
 def _vocabulary_tables(tok: CharTokenizer, script: str) -> tuple:
     """(hanzi (V,) bool, character → tones, tone → (V,) bool, character → 词林正韵 classes, class →
     (V,) bool) of a vocabulary: built once per tokenizer (shared tensors: do not modify)."""
-    V = tok.vocab_size
-    hanzi = torch.tensor([is_hanzi(c) for c in tok.itos])  # (V,) bool
-    char_tones = tones((c for c in tok.itos if is_hanzi(c)), script)
-    tone_masks = {t: torch.tensor([t in char_tones.get(c, ()) for c in tok.itos]) for t in "平仄"}
+    hanzi, _, _, char_tones, tone_masks = vocabulary_tables(tok, script)
     classes = {c: cls for c, cls in rhyme_classes(script).items() if c in tok.stoi and is_hanzi(c)}
     class_masks: dict[tuple[int, str], torch.Tensor] = {}
     for c, cls in classes.items():
         for k in cls:
-            class_masks.setdefault(k, torch.zeros(V, dtype=torch.bool))[tok.stoi[c]] = True
+            class_masks.setdefault(k, torch.zeros(tok.vocab_size, dtype=torch.bool))[tok.stoi[c]] = True
     return hanzi, char_tones, tone_masks, classes, class_masks
 
 
