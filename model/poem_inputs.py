@@ -136,8 +136,11 @@ class PoemInputs(nn.Module):
         first, so in the first line it is 0 (unknown). Slot type: 1 a character of the first
         line, 2 a character, 3 the mark, 4 the last character of an even line (a rhyme slot).
         e.g. after `<bos>床前明月光，疑是地上` the next token (霜) gets line id 2, countdown 2, slot 4.
-        In a 词 whose plan is a tune token (`set_tunes`) the countdown and slot of every line the
-        template has come from the template (the line's length; a rhyme slot where it rhymes).
+        In a 词 whose plan is a tune token (`set_tunes`) every line the template has is read from
+        the template: its countdown (the line's length), its slot (a rhyme slot where it rhymes),
+        and its line id, which counts the lines left instead (1: the last line; a long tune's
+        end is then in sight where a line index would be capped); past its last line all three
+        are 0, as after `<eos>`.
         """
         full = idx if history is None else torch.cat([history, idx], dim=1)  # (B, N)
         kind = self.token_kind[full]  # (B, N)
@@ -158,22 +161,25 @@ class PoemInputs(nn.Module):
         slot = torch.where(left == 0, 3, torch.where((left == 1) & (line % 2 == 1), 4, 2))
         slot = torch.where(has_length, slot, torch.where(known, 1, 0))
         count_id, slot = self._recovered(kind, full, pos, start, count_id, slot)
-        count_id, slot = self._templated(full, pos, start, known, line, offset, count_id, slot)
-        return torch.stack([line_id, count_id, slot], dim=-1)[:, -idx.size(1):]  # (B, T, 3)
+        ids = self._templated(full, pos, start, known, line, offset, line_id, count_id, slot)
+        return torch.stack(ids, dim=-1)[:, -idx.size(1):]  # (B, T, 3)
 
-    def _templated(self, full, pos, start, known, line, offset, count_id, slot):
-        """`structure_ids`' countdown and slot ids, (B, N) each, read from the template of a tune
-        token that is the poem's plan (right before its last plan token, `start`)."""
+    def _templated(self, full, pos, start, known, line, offset, line_id, count_id, slot):
+        """`structure_ids`' line, countdown and slot ids, (B, N) each, read from the template of a
+        tune token that is the poem's plan (right before its last plan token, `start`)."""
         is_tune = self.tune_lengths[full, 0] > 0  # (B, N)
         tune_at = torch.where(is_tune, pos, torch.full_like(pos, -1)).cummax(1).values  # the last tune token
         row = line.clamp(max=TUNE_LINES - 1)  # (B, N)
         tune = full.gather(1, tune_at.clamp(min=0))  # (B, N) its id
         length = self.tune_lengths[tune, row]  # (B, N) the line's characters in the template, 0: none
-        templated = known & (tune_at >= 0) & (tune_at == start - 1) & (length > 0)
+        planned = known & (tune_at >= 0) & (tune_at == start - 1)  # (B, N) inside a 词 planned by its tune
         left = (length - offset).clamp(min=0)  # characters before the line's mark
         t_slot = torch.where(left == 0, 3, torch.where((left == 1) & self.tune_rhymes[tune, row], 4, 2))
-        return (torch.where(templated, left.clamp(max=COUNTDOWN - 2) + 1, count_id),
-                torch.where(templated, t_slot, slot))
+        lines_left = (self.tune_lengths[tune] > 0).sum(-1) - line  # (B, N) ≥ 1 inside the template
+        inside = length > 0  # past the template's last line: every id 0, as after <eos>
+        return (torch.where(planned, torch.where(inside, lines_left.clamp(max=LINES - 2), 0), line_id),
+                torch.where(planned, torch.where(inside, left.clamp(max=COUNTDOWN - 2) + 1, 0), count_id),
+                torch.where(planned, torch.where(inside, t_slot, 0), slot))
 
     def _recovered(self, kind, full, pos, start, count_id, slot):
         """`structure_ids`' countdown and slot ids, (B, N) each, with the positions before the
