@@ -263,3 +263,26 @@ def test_keywords_in_a_ci_with_and_without_the_kv_cache_and_per_row(lit):
     assert [kept_keywords([p], "菩萨蛮", w)[0] for p, w in zip(poems, opts["keywords"])] == [1.0] * 3
     drawn = ci(lit, 6, form="ci", keywords="明月,故乡", seed=5)  # a tune per 词, drawn
     assert [kept_keywords([p], t, ["明月", "故乡"])[0] for p, t in zip(drawn, draw_tunes(6, 5))] == [1.0] * 6
+
+
+def test_the_keyword_rules_allow_a_character_exactly_when_their_mask_does(lit):
+    """`TuneKeywords.allows` (what a drawn character is checked by) and `mask` (what the model may
+    draw) agree at every step of a 词, for every character of the vocabulary."""
+    from model.sampling.tunes import TuneConstraint
+
+    tok = lit.engine.tokenizer
+    words = ("明月", "故乡")
+    poem = ci(lit, 1, tune="浣溪沙", keywords=list(words), seed=3)[0]
+    c = TuneConstraint(tok, "浣溪沙", keywords=[words], seed=3)
+    row = c._start("浣溪沙", words)
+    row.plan_left = 0
+    hanzi = [ch for ch in tok.itos if ch in poem or ch in "明月故乡春风"]
+    for ch in poem:
+        if ch not in "，。、":
+            c.kw.key(row.kw, row.k, row.live)
+            for i in row.live:
+                m = c.kw.mask(i, row.k, row.kw, row.live)
+                assert [c.kw.allows(i, row.k, row.kw, row.live, x) for x in hanzi] == \
+                    [m is None or bool(m[tok.stoi[x]]) for x in hanzi]
+        assert c._advance(row, ch) is None
+    assert not row.kw.pending

@@ -51,7 +51,8 @@ class TuneKeywords:
                  first: int, seed: int, only):
         self.templates, self.tones, self.meter, self.acrostic = templates, tones, meter, acrostic
         self.first, self.only, self.rng = first, only, random.Random(seed)
-        self._memo: dict[tuple, bool] = {}
+        self._memo: dict[tuple, bool] = {}  # placeable's answers
+        self._fits: dict[tuple, bool] = {}
 
     def _line(self, i: int, k: int) -> tuple[int, int, int]:
         """(line, its first body index, its end) of position k in template i."""
@@ -61,6 +62,12 @@ class TuneKeywords:
 
     def fits(self, i: int, k: int, w: str) -> bool:
         """Whether keyword w can stand from body index k of template i (module docstring)."""
+        key = (i, k, w)
+        if key not in self._fits:
+            self._fits[key] = self._fits_at(i, k, w)
+        return self._fits[key]
+
+    def _fits_at(self, i: int, k: int, w: str) -> bool:
         t = self.templates[i]
         line, start, end = self._line(i, k)
         if k + len(w) > end or any(k + j in t.rhyme_at for j in range(len(w))):
@@ -121,6 +128,17 @@ class TuneKeywords:
         if row.slot == k and any(self.starts(j, k, row) for j in live):
             return self.only(w[0] for w in here)
         return None if self.placeable(i, k + 1, row.pending, row.total) else self.only(w[0] for w in here)
+
+    def allows(self, i: int, k: int, row: KeywordRow, live: Iterable[int], c: str) -> bool:
+        """Whether `mask(i, k, row, live)` allows character c (the same rules, without a tensor)."""
+        if row.open:
+            return any(w[row.written] == c for w in row.open)
+        if not row.pending:
+            return True
+        starts_c = any(w[0] == c for w in self.starts(i, k, row))
+        if row.slot == k and any(self.starts(j, k, row) for j in live):
+            return starts_c
+        return starts_c or self.placeable(i, k + 1, row.pending, row.total)
 
     def _draw_slot(self, i: int, k: int, row: KeywordRow) -> int | None:
         """A body index for the row's next keyword in template i (module docstring), None if none."""
