@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 import torch
 
 from data.verse.tunes import EITHER
+from model.sampling.keywords import write_char
 
 
 @dataclass
@@ -164,14 +165,6 @@ class TuneKeywords:
         if c is None:
             row.line_text, row.open, row.written = "", (), 0
             return
-        row.line_text += c
-        if row.open:
-            row.open = tuple(w for w in row.open if w[row.written] == c)
-            row.written += 1
-        else:
-            row.open, row.written = tuple(w for w in starts if w[0] == c), 1
-        done = frozenset(w for w in row.pending if row.line_text.endswith(w))
+        row.line_text, row.open, row.written, done = write_char(row.line_text, row.open, row.written, starts,
+                                                                row.pending, c)
         row.pending -= done
-        row.open = tuple(w for w in row.open if w not in done and len(w) > row.written)
-        if not row.open:
-            row.written = 0

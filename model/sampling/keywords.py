@@ -79,6 +79,22 @@ def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, 
     return [clean_keywords(k) for k in keywords]
 
 
+def write_char(line_text: str, open_: tuple[str, ...], written: int, starts: Iterable[str], pending: Iterable[str],
+               c: str) -> tuple[str, tuple[str, ...], int, frozenset[str]]:
+    """Character c written in a line (`line_text` before it): the keywords being written (`open_`,
+    `written` characters in) narrowed to those c continues, or when none is, those of `starts` c
+    begins → (the line's text, the keywords still open, their characters written, the keywords of
+    `pending` the line now ends with: written whole, which closes every open one)."""
+    line_text += c
+    if open_:
+        open_, written = tuple(w for w in open_ if w[written] == c), written + 1
+    else:
+        open_, written = tuple(w for w in starts if w[0] == c), 1
+    done = frozenset(w for w in pending if line_text.endswith(w))
+    open_ = tuple(w for w in open_ if w not in done and len(w) > written)
+    return (line_text, (), 0, done) if done or not open_ else (line_text, open_, written, done)
+
+
 @dataclass
 class _KeywordRow:
     """A row's keywords: still to write; being written (the candidates sharing the `written`
@@ -386,18 +402,10 @@ class KeywordConstraint:
             krow.first_len = krow.first_len or len(krow.line_text) or None
             krow.line_text, krow.open, krow.starts = "", (), ()
             return
-        krow.line_text += c
-        if krow.open:
-            krow.open = tuple(w for w in krow.open if w[krow.written] == c)
-            krow.written += 1
-        else:
-            krow.open, krow.written = tuple(w for w in krow.starts if w[0] == c), 1
+        krow.line_text, krow.open, krow.written, done = write_char(krow.line_text, krow.open, krow.written,
+                                                                   krow.starts, krow.pending, c)
         krow.starts = ()
-        done = {w for w in krow.pending if krow.line_text.endswith(w)}
         krow.pending = tuple(w for w in krow.pending if w not in done)
-        krow.open = tuple(w for w in krow.open if w not in done and len(w) > krow.written)
-        if done or not krow.open:
-            krow.open, krow.written = (), 0
 
     def check(self) -> None:
         """raises ValueError if some row's keywords cannot all be placed (module docstring): a
