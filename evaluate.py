@@ -30,6 +30,7 @@ from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
 from model.inspection.ci_metrics import format_ci_table
 from model.inspection.evaluation import (
+    REFERENCE,
     ci_sets,
     is_char_model,
     is_ci,
@@ -135,8 +136,9 @@ def main(cfg: DictConfig) -> None:
               "came from):")
         print(format_placement(report["keywords"]["placement"]))
     if "ci_rows" in report:
-        print(f"词 to a tune (model/inspection/ci_metrics.py; the human row: {cfg.reference} held-out 词 of the tunes "
-              "with templates):")
+        held = report["ci_rows"][REFERENCE]["n"]
+        print(f"词 to a tune (model/inspection/ci_metrics.py; the human row: {held} held-out 词 of the tunes with "
+              f"templates, all there are up to reference={cfg.reference}):")
         print(format_ci_table(report["ci_rows"]))
     if report["val"]:
         print("  ".join(f"{k} {v:.4f}" for k, v in report["val"].items() if k != "step"))

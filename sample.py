@@ -8,8 +8,8 @@ seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H
 format. The same seed and options give the same poems. A model trained with plan tokens draws
 each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
 (`plan`: form and rhyme group, null for none; a model with tune tokens: the tune), and the title,
-poet and keyword hints it was written to (`conditions`). A 词 records its tune (`tune`) and is
-printed with a blank line between its stanzas (上阕, 下阕) when it has its tune's shape.
+poet and keyword hints it was written to (`conditions`). A 词 records its tune (`tune`); as text
+it is printed under its tune's name, with a blank line between its stanzas (上阕, 下阕).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
-from data.verse.tunes import stanzas, tunes
+from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
@@ -62,21 +62,33 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     if cfg.poets == "list":
         return list_poets(engine, out)
     start, steps = stream_poems(engine, opts)
+    ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
     ids = plan_ids(tok)
+    written = ""  # live: the text printed so far
+
+    def show(ids_: list[int]) -> None:  # live: print a chunk, a 词's stanza break after its 上阕
+        nonlocal written
+        text = stream.feed(ids_)
+        written += text
+        shown = break_couplets(text)
+        if text and ci_tunes and stanza_ends(written, ci_tunes[0]):
+            shown += "\n" if shown.endswith("\n") else "\n\n"
+        print(shown, end="", file=out, flush=True)
+
     if live:
-        shown = ids.body(start[0].tolist()) if ids else start[0].tolist()  # not the condition segment
-        print(break_couplets(stream.feed(shown)), end="", file=out, flush=True)
+        if ci_tunes:
+            print(ci_tunes[0], file=out, flush=True)  # a 词's heading: its tune
+        show(ids.body(start[0].tolist()) if ids else start[0].tolist())  # not the condition segment
     tokens = [start]
     for nxt in steps:
         tokens.append(nxt)
         if live:
-            print(break_couplets(stream.feed(nxt[0].tolist())), end="", file=out, flush=True)
+            show(nxt[0].tolist())
     rows = torch.cat(tokens, dim=1)  # (B, T)
     poems = [poem_text(tok, row) for row in rows]
     plans = read_plans(tok, rows)
-    ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
@@ -87,7 +99,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
             print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune}, ensure_ascii=False), file=out)
         elif not live:
             parts = stanzas(poem, ci_tunes[i]) if ci_tunes else [poem]  # a 词: a blank line between 上阕 and 下阕
-            print("\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
+            heading = f"{ci_tunes[i]}\n" if ci_tunes else ""  # and its tune above it
+            print(heading + "\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
     if live:
         print(stream.flush() + ("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n"), file=out)
     return poems

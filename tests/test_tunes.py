@@ -203,7 +203,7 @@ def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from data.verse.tunes import stanzas
-    from sample import sample
+    from sample import as_lines, sample
     from tests.conftest import ROOT
 
     lit = plan_lit(True)
@@ -220,9 +220,14 @@ def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
     cfg.format, out = "text", io.StringIO()
     poems = sample(cfg, out)
     blocks = out.getvalue().strip().split("\n\n")
-    assert [b.replace("\n", "") for b in blocks] == [part for p, t in zip(poems, draw_tunes(3, 7))
-                                                     for part in stanzas(p, t)]
-    assert len(blocks) > 3  # the drawn tunes have two stanzas each
+    heads = [t for t in draw_tunes(3, 7) for _ in (0, 1)]  # each 词 under its tune's name
+    assert [b.replace("\n", "") for b in blocks] == [(h if k % 2 == 0 else "") + part for k, (h, part) in enumerate(
+        zip(heads, [part for p, t in zip(poems, draw_tunes(3, 7)) for part in stanzas(p, t)]))]
+    assert len(blocks) == 6  # the drawn tunes have two stanzas each
+    cfg.num_samples, out = 1, io.StringIO()  # one 词 is printed as it is written: the same layout
+    (poem,) = sample(cfg, out)
+    tune = draw_tunes(1, 7)[0]
+    assert out.getvalue().rstrip("\n") == f"{tune}\n" + "\n\n".join(as_lines(part) for part in stanzas(poem, tune))
     assert stanzas(HUANXISHA, "浣溪沙") == ["一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。",
                                          "无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"]
     assert stanzas("一曲新词酒一杯。", "浣溪沙") == ["一曲新词酒一杯。"]

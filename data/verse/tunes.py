@@ -233,6 +233,17 @@ def stanzas(text: str, tune: str) -> list[str]:
     return ["".join(lines[:variant.stanza]), "".join(lines[variant.stanza:])]
 
 
+def stanza_ends(text: str, tune: str) -> bool:
+    """Whether a 词 being written to `tune` has just closed its 上阕: `text` (so far) ends with a
+    line's mark, and every template of the tune its lines still fit has its stanza break there."""
+    lines = ci_lines(text)
+    if not lines or lines[-1][-1] not in CI_LINE_END:
+        return False
+    shape = [(len(line) - 1, line[-1]) for line in lines]
+    fits = [v for v in tunes().get(tune, ()) if v.lines[:len(shape)] == shape]
+    return bool(fits) and all(v.stanza == len(shape) for v in fits)
+
+
 def rhyme_kept(text: str, variant: Variant) -> tuple[int, int]:
     """(rhyme positions kept, rhyme positions) of a 词 of `variant`'s shape: in each segment, the
     positions whose character has the 词林正韵 class of the segment's tone that most of them share."""

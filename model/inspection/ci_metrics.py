@@ -15,6 +15,7 @@ against that tune's templates (`data.verse.tunes`), in simplified script (the te
 """  # noqa: E501 (its table)
 from __future__ import annotations
 
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
@@ -97,5 +98,6 @@ def format_ci_table(rows: dict[str, dict]) -> str:
     out = [header]
     for name, r in rows.items():
         cells = [f"{r['n']:>10}"] + [f"{'–':>10}" if r.get(m) is None else f"{r[m]:>10.1%}" for m in shown[1:]]
-        out.append(f"{name:28} " + " ".join(cells))
+        wide = sum(unicodedata.east_asian_width(c) in "WF" for c in name)  # a CJK character takes two columns
+        out.append(f"{name:{28 - wide}} " + " ".join(cells))
     return "\n".join(out)
