@@ -3,7 +3,9 @@ Chinese values made acceptable to Hydra's override grammar, and bad input report
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 
 from model.device import BackendUnavailableError
 
@@ -75,7 +77,8 @@ USER_ERRORS = (ValueError, FileNotFoundError, BackendUnavailableError)
 
 def exit_on_user_error(fn):
     """Decorate an entry point: a USER_ERRORS exception ends the program with
-    `error: <message>` and exit status 1 instead of a traceback."""
+    `error: <message>` and exit status 1 instead of a traceback; output piped into a reader that
+    stops early (`| head`) ends it quietly, as a Unix tool does."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -83,5 +86,8 @@ def exit_on_user_error(fn):
             return fn(*args, **kwargs)
         except USER_ERRORS as err:
             raise SystemExit(f"error: {err}") from err
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            raise SystemExit(1) from None
 
     return wrapper

@@ -46,3 +46,24 @@ def test_train_config_takes_a_chinese_list(tmp_path, tiny_corpus, monkeypatch):
     (override,) = quote_non_ascii_overrides(["callbacks.attention_maps.probe_lines=[床前明月光，疑是地上霜。,白日依山尽。]"])
     cfg = make_train_cfg(tmp_path, tiny_corpus, monkeypatch)(override)
     assert list(cfg.callbacks.attention_maps.probe_lines) == ["床前明月光，疑是地上霜。", "白日依山尽。"]
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(monkeypatch):
+    """`python sample.py tunes=list | head -1`: the closed pipe ends the program with status 1 and
+    no traceback, stdout pointed at the null device so that the exit's flush cannot fail again."""
+    import os
+    import sys
+
+    from model.cli import exit_on_user_error
+
+    calls = []
+    monkeypatch.setattr(os, "dup2", lambda fd, to: calls.append(to))
+    monkeypatch.setattr(sys, "stdout", type("Out", (), {"fileno": lambda self: 97})())
+
+    @exit_on_user_error
+    def entry():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(SystemExit) as end:
+        entry()
+    assert end.value.code == 1 and calls == [97] and end.value.__cause__ is None
