@@ -271,7 +271,7 @@ def test_keywords_in_a_ci_with_and_without_the_kv_cache_and_per_row(lit):
 
 
 def test_the_keyword_rules_allow_a_character_exactly_when_their_mask_does(lit):
-    """`TuneKeywords.allows` (what a drawn character is checked by) and `mask` (what the model may
+    """`TuneKeywords.allowed` (what a drawn character is checked by) and `mask` (what the model may
     draw) agree at every step of a 词, for every character of the vocabulary."""
     from model.sampling.tunes import TuneConstraint
 
@@ -287,7 +287,7 @@ def test_the_keyword_rules_allow_a_character_exactly_when_their_mask_does(lit):
             c.kw.key(row.kw, row.k, row.live)
             for i in row.live:
                 m = c.kw.mask(i, row.k, row.kw, row.live)
-                assert [c.kw.allows(i, row.k, row.kw, row.live, x) for x in hanzi] == \
+                assert [(a := c.kw.allowed(i, row.k, row.kw, row.live)) is None or x in a for x in hanzi] == \
                     [m is None or bool(m[tok.stoi[x]]) for x in hanzi]
         assert c._advance(row, ch) is None
     assert not row.kw.pending

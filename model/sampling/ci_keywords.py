@@ -118,28 +118,24 @@ class TuneKeywords:
             row.slot, row.slot_for = self._draw_slot(min(live), k, row), len(row.pending)
         return row.pending, row.total, row.open, row.written, row.slot == k
 
-    def mask(self, i: int, k: int, row: KeywordRow, live: Iterable[int]) -> torch.Tensor | None:
-        """(V,) bool of the characters template i allows at body index k for the row's keywords
-        (`key` called first), None for no restriction."""
+    def allowed(self, i: int, k: int, row: KeywordRow, live: Iterable[int]) -> set[str] | None:
+        """The characters template i allows at body index k for the row's keywords (`key` called
+        first): the next one of a keyword being written; at the row's slot, or where the keywords
+        would no longer fit after any other character, the first ones of those that may start
+        here; None: no restriction."""
         if row.open:
-            return self.only(w[row.written] for w in row.open)
+            return {w[row.written] for w in row.open}
         if not row.pending:
             return None
-        here = self.starts(i, k, row)
+        here = {w[0] for w in self.starts(i, k, row)}
         if row.slot == k and any(self.starts(j, k, row) for j in live):
-            return self.only(w[0] for w in here)
-        return None if self.placeable(i, k + 1, row.pending, row.total) else self.only(w[0] for w in here)
+            return here
+        return None if self.placeable(i, k + 1, row.pending, row.total) else here
 
-    def allows(self, i: int, k: int, row: KeywordRow, live: Iterable[int], c: str) -> bool:
-        """Whether `mask(i, k, row, live)` allows character c (the same rules, without a tensor)."""
-        if row.open:
-            return any(w[row.written] == c for w in row.open)
-        if not row.pending:
-            return True
-        starts_c = any(w[0] == c for w in self.starts(i, k, row))
-        if row.slot == k and any(self.starts(j, k, row) for j in live):
-            return starts_c
-        return starts_c or self.placeable(i, k + 1, row.pending, row.total)
+    def mask(self, i: int, k: int, row: KeywordRow, live: Iterable[int]) -> torch.Tensor | None:
+        """`allowed` as (V,) bool, None for no restriction."""
+        chars = self.allowed(i, k, row, live)
+        return None if chars is None else self.only(chars)
 
     def _draw_slot(self, i: int, k: int, row: KeywordRow) -> int | None:
         """A body index for the row's next keyword in template i (module docstring), None if none."""

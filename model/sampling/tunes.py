@@ -268,7 +268,8 @@ class TuneConstraint:
             return next(why for _, why in results.values())
         if row.kw is not None and row.k >= self.kw.first:  # the keywords: templates that allow c, and what c opens
             self.kw.key(row.kw, row.k, row.live)
-            live = frozenset(i for i in live if self.kw.allows(i, row.k, row.kw, row.live, c))
+            live = frozenset(i for i in live if (chars := self.kw.allowed(i, row.k, row.kw, row.live)) is None
+                             or c in chars)
             if not live:
                 return "the keywords could not all be placed after it"
             TuneKeywords.advance(row.kw, c, {w for i in live for w in self.kw.starts(i, row.k, row.kw)})
