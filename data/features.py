@@ -23,7 +23,7 @@ from data.verse.ci import CI_LINE_END
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
 from data.verse.rhyme import is_level_tone, level_tone_table, readings
-from data.verse.tunes import tunes
+from data.verse.tunes import Variant, tunes
 
 TUNE_LINES = 32
 """Lines a tune's template row holds (`tune_tables`; the longest template has 26)."""
@@ -93,22 +93,22 @@ def token_kinds(tokenizer: Tokenizer) -> list[int]:
     return kinds
 
 
-def _tune_rows(tokenizer: Tokenizer) -> dict[int, str]:
-    """Token id → tune, for the tune tokens of a tokenizer (`data.verse.plan`; none: {})."""
+def _tune_rows(tokenizer: Tokenizer) -> dict[int, Variant]:
+    """Token id → its template, for the tune tokens of a tokenizer (`data.verse.plan.tune_tokens`;
+    none: {})."""
     ids = plan_ids(tokenizer)
-    return {} if ids is None else {i: t for t, i in ids.tunes.items()}
+    return {} if ids is None else {i: tunes()[t][k] for i, (t, k) in ids.templates.items()}
 
 
 def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[bool]]]:
-    """Per token id, TUNE_LINES line lengths and rhyme flags: for a tune token its commonest
-    template's (`data.verse.tunes`: each line's characters, whether its last one rhymes; 0 and
-    False past its last line), for every other token 0 and False (what `structure_ids` counts a
-    词's lines by, as SongNet gives its model the template)."""
+    """Per token id, TUNE_LINES line lengths and rhyme flags: for a tune token its template's
+    (`data.verse.tunes`: each line's characters, whether its last one rhymes; 0 and False past its
+    last line), for every other token 0 and False (what `structure_ids` counts a 词's lines by, as
+    SongNet gives its model the template)."""
     rows = _tune_rows(tokenizer)
     lengths = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     rhymes = [[False] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
-    for i, tune in rows.items():
-        v = tunes()[tune][0]
+    for i, v in rows.items():
         for k, ((n, _), r) in enumerate(zip(v.lines[:TUNE_LINES], v.rhymes)):
             lengths[i][k], rhymes[i][k] = n, r is not None
     return lengths, rhymes

@@ -10,7 +10,7 @@ measured apart.
 - structure (SongNet, Li et al. 2020): embeddings of where the next token sits in its poem, its
   line, the countdown to the line's end and its slot type, read from the text so far
   (`structure_ids`), also in a window that starts mid-poem; in a 词 planned by its tune's token
-  (`data=tang+ci`), read from the tune's template instead, as SongNet gives its model the
+  (`experiment=ci`), read from the tune's template instead, as SongNet gives its model the
   template.
 - `rhyme_loss_weight` > 0: an auxiliary head predicting the rhyme group of every target in a
   rhyme slot (a multi-task loss, never in `nats`).

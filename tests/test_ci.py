@@ -161,12 +161,39 @@ def test_a_tang_and_ci_data_module_plans_each_ci_by_its_tune_and_refuses_traditi
                           also_validate={"ci": str(ci)}, plan_tokens=True)
     assert dm.meta["val_ci"]["poems"] == 2 and set(HUANXISHA) <= set(dm.tokenizer.stoi)
     ids = plan_ids(dm.tokenizer)
-    assert len(ids.tunes) == len(tunes()) and ids.read([0, ids.tunes["浣溪沙"]]) == \
+    assert len(ids.tunes) == len(tunes()) and ids.read([0, ids.tunes["浣溪沙"][0]]) == \
         {"form": "ci", "rhyme": None, "tune": "浣溪沙"}
     val = [int(i) for i in dm.tokens("val_ci")]
     firsts = [val[k + 1] for k, i in enumerate(val) if i == 0]  # after each <bos>: the form slot
-    assert firsts == [ids.tunes["浣溪沙"], ids.forms["other"]]
+    assert firsts == [ids.tunes["浣溪沙"][0], ids.forms["other"]]
     tang_only = PoetryDataModule(str(tang), str(tmp_path / "cache"), block_size=64, plan_tokens=True)
     assert plan_ids(tang_only.tokenizer).tunes == {} and tang_only.cache_dir != dm.cache_dir
     with pytest.raises(ValueError, match="ci.jsonl.xz .* simplified script only .* data.script=simplified"):
         PoetryDataModule(str(tang), str(tmp_path / "cache"), script="traditional", train_corpora=[str(tang), str(ci)])
+
+
+def test_a_tune_has_a_token_per_common_template_and_a_ci_plans_the_one_it_has():
+    """A template other than a tune's commonest gets a token with ≥ MIN_VARIANT training 词; a 词
+    plans the token of the template it has (whole), or whose lines it begins (a start), else <其他>;
+    the structure inputs read that template."""
+    from data.features import tune_tables
+    from data.tokenizer import CharTokenizer
+    from data.verse.plan import MIN_VARIANT, plan_ids, plan_labels, poem_plan, tune_label, tune_tokens, tune_variant
+
+    shui = tunes()["水调歌头"]
+    assert [k for t, k in tune_tokens() if t == "水调歌头"] == [k for k, v in enumerate(shui) if k == 0 or
+                                                            v.count >= MIN_VARIANT] == [0, 1, 2, 3]
+    assert tune_label("水调歌头", 1) == "<水调歌头·2>" and "<水调歌头·5>" not in plan_labels(tunes=True)
+    second = "".join("字" * n + m for n, m in shui[1].lines)  # a 词 of the second template's shape
+    assert tune_variant(second, "水调歌头") == 1 and poem_plan(second, "ci", "simplified", "水调歌头")[0] == "<水调歌头·2>"
+    assert tune_variant("明月几时有，把酒问青天。", "水调歌头", complete=False) == 0
+    assert tune_variant("明月几时有，把酒问青天。", "水调歌头") is None  # not a whole 词 of any template
+    assert poem_plan(second[:-3] + "。", "ci", "simplified", "水调歌头")[0] == "<其他>"
+    tok = CharTokenizer.from_texts([second], plan=plan_labels(tunes=True))
+    ids = plan_ids(tok)
+    lengths, rhymes = tune_tables(tok)
+    for i, k in zip(ids.tunes["水调歌头"], (0, 1, 2, 3)):
+        assert ids.templates[i] == ("水调歌头", k) and ids.tune_of[i] == "水调歌头"
+        assert lengths[i][:len(shui[k].lines)] == [n for n, _ in shui[k].lines]
+        assert rhymes[i][:len(shui[k].lines)] == [r is not None for r in shui[k].rhymes]
+    assert ids.read([0, ids.tunes["水调歌头"][1]])["tune"] == "水调歌头"

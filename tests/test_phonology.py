@@ -233,7 +233,7 @@ def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
     m.poem.set_tunes(*map(torch.tensor, tune_tables(tok)))
     ids = plan_ids(tok)
     body = tok.encode(ci, eos=True)
-    got = m.poem.structure_ids(torch.tensor([[0, ids.tunes["菩萨蛮"], ids.none, *body]]))[0, 2:].tolist()
+    got = m.poem.structure_ids(torch.tensor([[0, ids.tunes["菩萨蛮"][0], ids.none, *body]]))[0, 2:].tolist()
     counts = [c for _, c, _ in got]
     assert counts[:9] == [8, 7, 6, 5, 4, 3, 2, 1, 8]  # after the plan: 7 characters, the mark; line 2 again 7
     assert got[7] == [8, 1, 3] and got[6] == [8, 2, 4]  # before ，the mark; before 织 a rhyme slot

@@ -173,7 +173,7 @@ def test_a_model_with_tune_tokens_plans_each_ci_by_its_tune(control):
                            control=control)
     rows = sample_ids(engine, opts)
     drawn = draw_tunes(6, 7)
-    tunes_of = {i: t for t, i in plan_ids(engine.tokenizer).tunes.items()}
+    tunes_of = plan_ids(engine.tokenizer).tune_of
     assert [tunes_of[int(r[1])] for r in rows] == drawn  # <bos>, then the tune's token
     assert [p["tune"] for p in read_plans(engine.tokenizer, rows)] == drawn
     poems = [poem_text(engine.tokenizer, r) for r in rows]
@@ -291,3 +291,23 @@ def test_the_keyword_rules_allow_a_character_exactly_when_their_mask_does(lit):
                     [m is None or bool(m[tok.stoi[x]]) for x in hanzi]
         assert c._advance(row, ch) is None
     assert not row.kw.pending
+
+
+def test_a_row_plans_a_template_token_drawn_by_share_among_those_its_prompt_fits():
+    """水调歌头's four template tokens are drawn by their training 词 (213 : 199 : 106 : 64); a prompt
+    whose third line has 4 characters fits only the second and fourth templates (4，7。)."""
+    from data.verse.plan import plan_ids, plan_labels
+    from model.sampling.tunes import TuneConstraint
+
+    texts = [p["text"] for p in islice(iter_corpus(CORPUS_DIR / "ci.jsonl.xz"), 3000)]
+    tok = CharTokenizer.from_texts(texts, plan_labels(tunes=True))
+    ids = plan_ids(tok)
+    counts = [v.count for v in tunes()["水调歌头"][:4]]
+    drawn = TuneConstraint(tok, "水调歌头").plans(3000, seed=1)
+    for i, n in zip(ids.tunes["水调歌头"], counts):
+        assert abs(sum(r == [i] for r in drawn) / 3000 - n / sum(counts)) < 0.03
+    fitted = TuneConstraint(tok, "水调歌头", prompt="明月几时有，把酒问青天。不知天上，").plans(2000, seed=1)
+    second, fourth = ids.tunes["水调歌头"][1], ids.tunes["水调歌头"][3]
+    assert {r[0] for r in fitted} == {second, fourth}
+    assert abs(sum(r == [second] for r in fitted) / 2000 - 199 / 263) < 0.03
+    assert TuneConstraint(tok, "浣溪沙").plans(3, seed=0) == [[ids.tunes["浣溪沙"][0]]] * 3

@@ -21,10 +21,13 @@ poem is about between `<bos>` and its plan, a segment of its own: `<题>` and th
 `<人>` and the poet, `<词>` and a keyword (repeated per keyword), in that order, each part
 present for a share of the poems. `<bos> <题>静夜思 <人>李白 <五绝> <下平聲七陽> 床前明月光，…`.
 
-Tunes: a model trained on 词 (`data=tang+ci`) has a token per tune of `data.verse.tunes` (`<浣溪沙>`
-…, `tune_label`), which stands in a 词's form slot in place of `<其他>` (a 词 of a rarer tune keeps
-`<其他>`): `<bos> <浣溪沙> <无韵> 一曲新词酒一杯，…`, so the model learns each tune's shape from its
-token and a sampler can ask for a tune without masks (`control=soft`).
+Tunes: a model trained on 词 (`experiment=ci`) has a token per template of `data.verse.tunes` that
+at least `MIN_VARIANT` training 词 have (`tune_tokens`: `<浣溪沙>` for a tune's commonest, `<念奴娇·2>`
+for its second, …, `tune_label`), which stands in a 词's form slot in place of `<其他>`: a 词 plans
+the token of the template whose shape it has, and one of a rarer shape or tune keeps `<其他>`
+(`<bos> <浣溪沙> <无韵> 一曲新词酒一杯，…`). So the model learns each template from its token (the
+structure inputs read it, `data.features.tune_tables`) and a sampler can ask for a tune without
+masks (`control=soft`), drawing one of its tokens.
 The segment is given, never predicted: its targets are not scored in training or validation
 (`segment_mask`), so `val/bpc` stays a figure of the poem alone, and a sampler writes it into
 the prompt (`PlanIds.body` strips it again).
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Protocol, Sequence
 
+from data.verse.ci import CI_LINE_END, ci_lines, shape_of
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
@@ -52,6 +56,9 @@ BOS_ID, EOS_ID = 0, 1
 """`<bos>` and `<eos>`'s ids in every tokenizer (`data.tokenizer.Tokenizer`)."""
 MAX_TITLE = 12
 """The longest title a segment holds, in characters (a longer one is not given)."""
+MIN_VARIANT = 10
+"""A tune's template (又一体) other than its commonest gets a token when at least this many
+training 词 have its shape (82 tokens for the 49 tunes, holding 91 % of their training 词)."""
 
 
 def rhyme_label(group: str) -> str:
@@ -59,18 +66,44 @@ def rhyme_label(group: str) -> str:
     return f"<{group}>"
 
 
-def tune_label(tune: str) -> str:
-    """The label of a tune's token: `浣溪沙` → `<浣溪沙>`."""
-    return f"<{tune}>"
+def tune_label(tune: str, variant: int = 0) -> str:
+    """The label of the token of a tune's template number `variant` (its index in
+    `data.verse.tunes`, commonest first): `浣溪沙`, 0 → `<浣溪沙>`; `念奴娇`, 1 → `<念奴娇·2>`."""
+    return f"<{tune}>" if variant == 0 else f"<{tune}·{variant + 1}>"
+
+
+@lru_cache(maxsize=None)
+def tune_tokens() -> tuple[tuple[str, int], ...]:
+    """(tune, template index) of every tune token, in id order: per tune of `data.verse.tunes`
+    (commonest first) its commonest template and each other one with ≥ `MIN_VARIANT` training 词."""
+    return tuple((t, k) for t, variants in tune_table().items() for k, v in enumerate(variants)
+                 if k == 0 or v.count >= MIN_VARIANT)
+
+
+def tune_variant(text: str, tune: str, complete: bool = True) -> int | None:
+    """The template of `tune` with a token (`tune_tokens`) that a 词 is written to, by index: the
+    one whose shape (`shape_of`) it has; for the start of a 词 (complete=False) the commonest whose
+    lines it begins (a last line without its mark no longer than the template's); None if none.
+    `tune_variant("明月几时有，把酒问青天。", "水调歌头", complete=False)` = 0."""
+    if complete:
+        shape = shape_of(text)
+        return next((k for t, k in tune_tokens() if t == tune and tune_table()[t][k].shape == shape), None)
+    lines = ci_lines(text)
+    done = [(len(line) - 1, line[-1]) for line in lines if line[-1] in CI_LINE_END]
+    rest = len(lines[-1]) if lines and lines[-1][-1] not in CI_LINE_END else 0
+    for t, k in tune_tokens():
+        have = tune_table()[t][k].lines if t == tune else []
+        if have[:len(done)] == done and (not rest or len(have) > len(done) and rest <= have[len(done)][0]):
+            return k
+    return None
 
 
 @lru_cache(maxsize=None)
 def plan_labels(segments: bool = False, tunes: bool = False) -> tuple[str, ...]:
     """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`, with
-    segments the 3 condition markers (`SEGMENTS`), with tunes one per tune of `data.verse.tunes`
-    (in its order, commonest first)."""
+    segments the 3 condition markers (`SEGMENTS`), with tunes one per tune token (`tune_tokens`)."""
     return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME,
-            *(SEGMENTS.values() if segments else ()), *(map(tune_label, tune_table()) if tunes else ()))
+            *(SEGMENTS.values() if segments else ()), *(tune_label(*t) for t in (tune_tokens() if tunes else ())))
 
 
 def clean_title(title: str) -> str:
@@ -96,16 +129,18 @@ def rhyme_of(text: str, script: str) -> str | None:
     return next((g for g in level_tone_table() if g in groups), None)
 
 
-def poem_plan(text: str, form: str, script: str, tune: str = "") -> tuple[str, str]:
+def poem_plan(text: str, form: str, script: str, tune: str = "", complete: bool = True) -> tuple[str, str]:
     """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`); a 词's,
     `ci`, plans `<其他>`, or with `tune` (one of `data.verse.tunes`, for a tokenizer with tune
-    tokens) that tune's token.
+    tokens) the token of the tune's template it is written to (`tune_variant`, complete: the whole
+    词), `<其他>` where it has none.
     `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
     (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
     if form not in FORM_LABELS and form != "ci":
         raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}, ci")
     group = rhyme_of(text, script)
-    first = tune_label(tune) if form == "ci" and tune in tune_table() else FORM_LABELS.get(form, FORM_LABELS["other"])
+    variant = tune_variant(text, tune, complete) if form == "ci" and tune in tune_table() else None
+    first = FORM_LABELS.get(form, FORM_LABELS["other"]) if variant is None else tune_label(tune, variant)
     return first, NO_RHYME if group is None else rhyme_label(group)
 
 
@@ -135,13 +170,14 @@ def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None,
     """A poem's ids as a model is trained on it: `<bos>`, the condition segment (`segment_ids`),
     its plan tokens (`poem_plan`) if the tokenizer has them, its text, `<eos>` if eos. form: its
     corpus `form` field (None: `form_of` the text, what the corpus field holds); tune: a 词's
-    (its token is used when the tokenizer has tune tokens). raises as `Tokenizer.encode` and
-    `poem_plan`."""
+    (its template's token is used when the tokenizer has tune tokens; without eos the text is the
+    start of a 词). raises as `Tokenizer.encode` and `poem_plan`."""
     ids = tok.encode(text, bos=True, eos=eos)
     if not tok.plan:
         return ids
     tune = tune if tune_label(tune) in tok.plan else ""
-    plan = [tok.plan_start + tok.plan.index(label) for label in poem_plan(text, form or form_of(text), script, tune)]
+    plan = [tok.plan_start + tok.plan.index(label)
+            for label in poem_plan(text, form or form_of(text), script, tune, complete=eos)]
     return [ids[0], *segment, *plan, *ids[1:]]
 
 
@@ -149,22 +185,36 @@ def poem_ids(tok: EncodesPlans, text: str, script: str, form: str | None = None,
 class PlanIds:
     """Where a tokenizer's plan tokens sit: forms (form name → id), rhymes (group → id), none
     (the id of `<无韵>`), segments (condition → its marker's id; {} for a model without them),
-    tunes (tune → id; {} for a model without them). Built by `plan_ids`."""
+    templates (tune token id → (tune, index of its template in `data.verse.tunes`), `tune_tokens`;
+    {} for a model without them). Built by `plan_ids`."""
     forms: dict[str, int]
     rhymes: dict[str, int]
     none: int
     segments: dict[str, int]
-    tunes: dict[str, int]
+    templates: dict[int, tuple[str, int]]
+
+    @property
+    def tunes(self) -> dict[str, tuple[int, ...]]:
+        """Tune → the ids of its templates' tokens, commonest template first."""
+        out: dict[str, tuple[int, ...]] = {}
+        for i, (t, _) in self.templates.items():
+            out[t] = (*out.get(t, ()), i)
+        return out
+
+    @property
+    def tune_of(self) -> dict[int, str]:
+        """Tune token id → its tune."""
+        return {i: t for i, (t, _) in self.templates.items()}
 
     @property
     def all(self) -> list[int]:
         """Every plan id, markers and tunes included."""
-        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values(), *self.tunes.values()]
+        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values(), *self.tune_of]
 
     @property
     def firsts(self) -> list[int]:
         """The ids that stand in a plan's first slot: the form tokens and the tune tokens."""
-        return [*self.forms.values(), *self.tunes.values()]
+        return [*self.forms.values(), *self.tune_of]
 
     @property
     def segment_ends(self) -> list[int]:
@@ -208,7 +258,7 @@ class PlanIds:
         """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
         (the first form token and the first rhyme token; None where there is none, or `<无韵>`),
         and for a model with tune tokens "tune": the tune its token names (form `ci`) or None."""
-        first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for t, i in self.tunes.items()}}
+        first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for i, t in self.tune_of.items()}}
         group_of_id = {i: g for g, i in self.rhymes.items()}
         ids = [int(i) for i in ids]
         form, tune = next((first_of_id[i] for i in ids if i in first_of_id), (None, None))
@@ -228,4 +278,4 @@ def plan_ids(tok: HasPlanTokens) -> PlanIds | None:
     return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
                    {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME],
                    {c: index[label] for c, label in SEGMENTS.items() if label in index},
-                   {t: index[tune_label(t)] for t in tune_table() if tune_label(t) in index})
+                   {index[tune_label(*t)]: t for t in tune_tokens() if tune_label(*t) in index})

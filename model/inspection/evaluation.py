@@ -43,7 +43,7 @@ SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions",
 `conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
 each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
 with rhyme, with rhyme and meter; to drawn tunes with a held-out 词's keywords (`ci+keywords`, and
-with rhyme and meter `ci+meter+keywords`: `draw_ci_keywords`); for a model trained with tune tokens (`data=tang+ci`) also
+with rhyme and meter `ci+meter+keywords`: `draw_ci_keywords`); for a model trained with tune tokens (`experiment=ci`) also
 without masks, the tune's token as the plan (`ci+soft`, `浣溪沙+soft`), or else for a model
 trained with conditions the tune given as the title (`浣溪沙+title`) (measured by
 `model.inspection.ci_metrics` against the tune, beside held-out 词)."""
@@ -313,5 +313,5 @@ def is_plan_model(engine: Engine) -> bool:
 
 
 def is_tunes_model(engine: Engine) -> bool:
-    """Whether the model was trained with tune tokens (plan tokens and a 词 corpus, `data=tang+ci`)."""
+    """Whether the model was trained with tune tokens (plan tokens and a 词 corpus, `experiment=ci`)."""
     return bool(is_plan_model(engine) and plan_ids(engine.tokenizer).tunes)

@@ -54,6 +54,7 @@ class TuneKeywords:
         self.first, self.only, self.rng = first, only, random.Random(seed)
         self._memo: dict[tuple, bool] = {}  # placeable's answers
         self._fits: dict[tuple, bool] = {}
+        self._starts: dict[tuple, tuple[str, ...]] = {}
 
     def _line(self, i: int, k: int) -> tuple[int, int, int]:
         """(line, its first body index, its end) of position k in template i."""
@@ -106,10 +107,13 @@ class TuneKeywords:
                                   for w in words) or self.placeable(i, k + 1, words, total)
         return self._memo[key]
 
-    def starts(self, i: int, k: int, row: KeywordRow) -> list[str]:
-        """The pending keywords that may start at body index k of template i."""
-        return [w for w in sorted(row.pending)
-                if self.fits(i, k, w) and self.placeable(i, k + len(w), row.pending - {w}, row.total)]
+    def starts(self, i: int, k: int, row: KeywordRow) -> tuple[str, ...]:
+        """The pending keywords that may start at body index k of template i (memoised)."""
+        key = (i, k, row.pending, row.total)
+        if key not in self._starts:
+            self._starts[key] = tuple(w for w in sorted(row.pending) if self.fits(i, k, w) and
+                                      self.placeable(i, k + len(w), row.pending - {w}, row.total))
+        return self._starts[key]
 
     def key(self, row: KeywordRow, k: int, live: Iterable[int]) -> tuple:
         """What the masks of a row at body index k depend on (for the constraint's mask cache);

@@ -13,7 +13,7 @@ cut the text's unlikely tail: a form the poets wrote one poem in 14 is not a tai
 the form token of the prompt, `rhyme` restricts the rhyme slot to real groups, not `<无韵>`) and
 masks nothing in the poem; `hard` is constrained decoding (`PoemConstraint`, which rhymes within
 the plan's group when there is one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
-A 词 (`form=ci`) plans its tune's token on a model trained with tune tokens (`data=tang+ci`), so
+A 词 (`form=ci`) plans a token of its tune's templates on a model trained with tune tokens (`experiment=ci`), so
 `control=soft` asks for a tune without masks; other models plan `<其他>` and keep a tune by masks.
 """
 from __future__ import annotations
@@ -161,23 +161,12 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if form is not None and form not in (*FORMS, CI):
         raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)} or {CI} (with tune=)")
     if form == CI and control == "soft" and not ids.tunes:
-        raise ValueError("this model has no tune plan tokens (a data=tang+ci model has), so it keeps a tune by masks "
+        raise ValueError("this model has no tune plan tokens (an experiment=ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
     prompt = engine.to_model_text(opts.prompt, "prompt")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
     tunes = row_tunes(opts)
-    if control == "hard" or not form:
-        plans = [[]] * opts.num_samples  # each row's plan given, here none: drawn
-    elif form == CI:
-        plans = [[ids.tunes.get(t, ids.forms["other"])] for t in tunes]
-    else:
-        plans = [[ids.forms[form]]] * opts.num_samples
-    to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
-    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter) and form != CI) \
-        if ids else None
-    if grammar:
-        processors.append(grammar)
     constraint = None
     rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
             for row in keyword_rows(opts.keywords, opts.num_samples)]
@@ -190,6 +179,17 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         constraint.check_keywords()
     elif control != "soft" and (form or acrostic or opts.rhyme or opts.meter):
         constraint = PoemConstraint(tok, form, acrostic, opts.rhyme, engine.script, opts.meter)
+    if control == "hard" or not form:
+        plans = [[]] * opts.num_samples  # each row's plan given, here none: drawn
+    elif form == CI:
+        plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
+    else:
+        plans = [[ids.forms[form]]] * opts.num_samples
+    to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
+    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter) and form != CI) \
+        if ids else None
+    if grammar:
+        processors.append(grammar)
     if constraint is not None:
         constraint.check_text(prompt)
         needed = constraint.max_tokens() - len(prompt) + to_draw

@@ -17,12 +17,14 @@ token when one of them allows it:
 - `keywords`: each row's keywords stand in it, whole, inside a line, where the model chooses
   (`model.sampling.ci_keywords`: the rules of `model.sampling.keywords` on the templates).
 
-Plan tokens (a model trained with them, the default): a row's plan slots take its tune's token
-(a model trained with tune tokens, `data=tang+ci`) or else `<其他>`, the form token of every poem
-that is not one of the four forms, then a rhyme token, as in `model.sampling.constraints`.
+Plan tokens (a model trained with them, the default): a row's plan slots take the token of one of
+its tune's templates (a model trained with tune tokens, `experiment=ci`: `plans` draws one by the
+templates' shares) or else `<其他>`, the form token of every poem that is not one of the four
+forms, then a rhyme token, as in `model.sampling.constraints`.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
@@ -129,9 +131,9 @@ class TuneConstraint:
         self.plan = plan_ids(tokenizer)
         self.plan_tokens: dict[str, torch.Tensor] = {}  # tune → (V,) bool: the plan tokens its rows may take
         for name in self.of_tune if self.plan else ():
-            first = self.plan.tunes.get(name, self.plan.forms["other"])
             self.plan_tokens[name] = torch.zeros(V, dtype=torch.bool)
-            self.plan_tokens[name][[first, *self.plan.rhymes.values(), self.plan.none]] = True
+            self.plan_tokens[name][[*(self._tokens(name) or [self.plan.forms["other"]]), *self.plan.rhymes.values(),
+                                    self.plan.none]] = True
         self.rows: list[_TuneRow] = []
         self.consumed = 0
         self._masks: dict[tuple, torch.Tensor] = {}
@@ -158,6 +160,28 @@ class TuneConstraint:
                 raise ValueError(f"the acrostic {self.acrostic} has {len(self.acrostic)} characters, but {name} has "
                                  f"{' or '.join(map(str, lines))} lines")
         return usable
+
+    def _tokens(self, name: str, live: frozenset[int] | None = None) -> dict[int, int]:
+        """The tune tokens of the templates of tune `name` this processor writes (a model trained
+        with them), or of those among `live`: id → the training 词 of its template."""
+        kept = {self.templates[i].variant.shape for i in (self.of_tune[name] if live is None else live)}
+        return {i: v.count for i, (t, k) in self.plan.templates.items()
+                if t == name and (v := tunes()[t][k]).shape in kept}
+
+    def plans(self, n: int, seed: int) -> list[list[int]]:
+        """The first plan token of each of n rows: a token of one of its tune's templates that this
+        processor writes and the prompt begins, drawn (seeded) by the training 词 each holds;
+        `<其他>` on a model without tune tokens. raises ValueError for a model without plan tokens."""
+        if self.plan is None:
+            raise ValueError("this model has no plan tokens")
+        rng, other, out = random.Random(seed), self.plan.forms["other"], []
+        for tune in self.row_tunes * n if len(self.row_tunes) == 1 else self.row_tunes:
+            row = self._start(tune)
+            row.plan_left = 0
+            fits = all(self._advance(row, c) is None for c in self.prompt)  # else check_text says why
+            tokens = self._tokens(tune, row.live if fits else None)
+            out.append(rng.choices(list(tokens), weights=list(tokens.values())) if tokens else [other])
+        return out
 
     def max_tokens(self) -> int:
         """Tokens of the longest template, marks and `<eos>` included (not `<bos>`)."""
