@@ -27,6 +27,8 @@ from data.verse.tunes import Variant, tunes
 
 TUNE_LINES = 32
 """Lines a tune's template row holds (`tune_tables`; the longest template has 26)."""
+TEMPLATE_MARKS = "，。、"
+"""The marks that close a template's lines (`data.verse.tunes`), by id 1, 2, 3 (`tune_tables`)."""
 TONES = ("none", "level", "oblique", "both")
 TOKEN_KINDS = ("other", "bos", "eos", "line_end")
 """`token_kinds` ids: 0 any other token, 1 `<bos>` or a plan token (the poem's text starts after
@@ -100,15 +102,19 @@ def _tune_rows(tokenizer: Tokenizer) -> dict[int, Variant]:
     return {} if ids is None else {i: tunes()[t][k] for i, (t, k) in ids.templates.items()}
 
 
-def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[bool]]]:
-    """Per token id, TUNE_LINES line lengths and rhyme flags: for a tune token its template's
-    (`data.verse.tunes`: each line's characters, whether its last one rhymes; 0 and False past its
-    last line), for every other token 0 and False (what `structure_ids` counts a 词's lines by, as
-    SongNet gives its model the template)."""
+def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[bool]], list[list[int]]]:
+    """Per token id, TUNE_LINES line lengths, rhyme flags and mark ids: for a tune token its
+    template's (`data.verse.tunes`: each line's characters, whether its last one rhymes, the mark
+    that closes it, 1 + its index in TEMPLATE_MARKS; 0, False and 0 past its last line), for every
+    other token 0, False and 0 (what `structure_ids` reads a 词's lines from, as SongNet gives its
+    model the template). raises ValueError for a template mark not in TEMPLATE_MARKS."""
     rows = _tune_rows(tokenizer)
     lengths = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     rhymes = [[False] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
+    marks = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     for i, v in rows.items():
-        for k, ((n, _), r) in enumerate(zip(v.lines[:TUNE_LINES], v.rhymes)):
-            lengths[i][k], rhymes[i][k] = n, r is not None
-    return lengths, rhymes
+        for k, ((n, mark), r) in enumerate(zip(v.lines[:TUNE_LINES], v.rhymes)):
+            if mark not in TEMPLATE_MARKS:
+                raise ValueError(f"a template of the tune token {i} ends a line with {mark!r}, not one of {TEMPLATE_MARKS}")
+            lengths[i][k], rhymes[i][k], marks[i][k] = n, r is not None, 1 + TEMPLATE_MARKS.index(mark)
+    return lengths, rhymes, marks

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data.features import GROUPS, PAD, READINGS, TOKEN_KINDS, TONES, TUNE_LINES
+from data.features import GROUPS, PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
 
 BOS, EOS, MARK = (TOKEN_KINDS.index(k) for k in ("bos", "eos", "line_end"))
 SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot")
@@ -57,6 +57,8 @@ class PoemInputs(nn.Module):
         self.register_buffer("tune_lengths", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
                              persistent=False)
         self.register_buffer("tune_rhymes", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.bool),
+                             persistent=False)
+        self.register_buffer("tune_marks", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
                              persistent=False)
 
     @torch.no_grad()
@@ -94,16 +96,21 @@ class PoemInputs(nn.Module):
         self.full_stop.copy_(flags.bool())
 
     @torch.no_grad()
-    def set_tunes(self, lengths: torch.Tensor, rhymes: torch.Tensor) -> None:
+    def set_tunes(self, lengths: torch.Tensor, rhymes: torch.Tensor, marks: torch.Tensor) -> None:
         """The template of every tune token (`data.features.tune_tables`): lengths (vocab_size,
         TUNE_LINES) int, each line's characters (0: no line, and every row of a token that is no
-        tune); rhymes (vocab_size, TUNE_LINES) bool, whether its last character rhymes. raises
-        ValueError for a wrong shape."""
+        tune); rhymes (vocab_size, TUNE_LINES) bool, whether its last character rhymes; marks
+        (vocab_size, TUNE_LINES) int, its closing mark's id, 1 … len(TEMPLATE_MARKS) (0: no line).
+        raises ValueError for a wrong shape or a mark id out of range."""
         shape = (self.cfg.vocab_size, TUNE_LINES)
-        if tuple(lengths.shape) != shape or tuple(rhymes.shape) != shape:
-            raise ValueError(f"lengths and rhymes must be {shape}, got {tuple(lengths.shape)}, {tuple(rhymes.shape)}")
+        if any(tuple(t.shape) != shape for t in (lengths, rhymes, marks)):
+            raise ValueError(f"lengths, rhymes and marks must be {shape}, got {tuple(lengths.shape)}, "
+                             f"{tuple(rhymes.shape)}, {tuple(marks.shape)}")
+        if marks.numel() and (marks.min() < 0 or marks.max() > len(TEMPLATE_MARKS)):
+            raise ValueError(f"mark ids must lie in [0, {len(TEMPLATE_MARKS)}]")
         self.tune_lengths.copy_(lengths)
         self.tune_rhymes.copy_(rhymes.bool())
+        self.tune_marks.copy_(marks)
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """The token embeddings x (B, T, n_embd) of idx (B, T) int64 with the poem's rows added
@@ -137,10 +144,12 @@ class PoemInputs(nn.Module):
         line, 2 a character, 3 the mark, 4 the last character of an even line (a rhyme slot).
         e.g. after `<bos>床前明月光，疑是地上` the next token (霜) gets line id 2, countdown 2, slot 4.
         In a 词 whose plan is a tune token (`set_tunes`) every line the template has is read from
-        the template: its countdown (the line's length), its slot (a rhyme slot where it rhymes),
-        and its line id, which counts the lines left instead (1: the last line; a long tune's
-        end is then in sight where a line index would be capped); past its last line all three
-        are 0, as after `<eos>`.
+        the template: its countdown (the line's length; where the mark is next, the countdown id
+        names the mark instead, 1 + its index in TEMPLATE_MARKS: ，1, 。2, 、3, as SongNet's
+        template symbols name the punctuation), its slot (a rhyme slot where it rhymes), and its
+        line id, which counts the lines left instead (1: the last line; a long tune's end is then
+        in sight where a line index would be capped); past its last line all three are 0, as
+        after `<eos>`.
         """
         full = idx if history is None else torch.cat([history, idx], dim=1)  # (B, N)
         kind = self.token_kind[full]  # (B, N)
@@ -177,8 +186,9 @@ class PoemInputs(nn.Module):
         t_slot = torch.where(left == 0, 3, torch.where((left == 1) & self.tune_rhymes[tune, row], 4, 2))
         lines_left = (self.tune_lengths[tune] > 0).sum(-1) - line  # (B, N) ≥ 1 inside the template
         inside = length > 0  # past the template's last line: every id 0, as after <eos>
+        t_count = torch.where(left == 0, self.tune_marks[tune, row], left.clamp(max=COUNTDOWN - 2) + 1)  # the mark's id
         return (torch.where(planned, torch.where(inside, lines_left.clamp(max=LINES - 2), 0), line_id),
-                torch.where(planned, torch.where(inside, left.clamp(max=COUNTDOWN - 2) + 1, 0), count_id),
+                torch.where(planned, torch.where(inside, t_count, 0), count_id),
                 torch.where(planned, torch.where(inside, t_slot, 0), slot))
 
     def _recovered(self, kind, full, pos, start, count_id, slot):

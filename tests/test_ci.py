@@ -191,9 +191,30 @@ def test_a_tune_has_a_token_per_common_template_and_a_ci_plans_the_one_it_has():
     assert poem_plan(second[:-3] + "。", "ci", "simplified", "水调歌头")[0] == "<其他>"
     tok = CharTokenizer.from_texts([second], plan=plan_labels(tunes=True))
     ids = plan_ids(tok)
-    lengths, rhymes = tune_tables(tok)
+    lengths, rhymes, marks = tune_tables(tok)
     for i, k in zip(ids.tunes["水调歌头"], (0, 1, 2, 3)):
         assert ids.templates[i] == ("水调歌头", k) and ids.tune_of[i] == "水调歌头"
         assert lengths[i][:len(shui[k].lines)] == [n for n, _ in shui[k].lines]
         assert rhymes[i][:len(shui[k].lines)] == [r is not None for r in shui[k].rhymes]
+        assert marks[i][:len(shui[k].lines) + 1] == [" ，。、".index(m) for _, m in shui[k].lines] + [0]
     assert ids.read([0, ids.tunes["水调歌头"][1]])["tune"] == "水调歌头"
+
+
+def test_a_ci_plans_the_cilin_class_it_rhymes_in_first():
+    """A 词 with a template token plans the 词林正韵 class its first rhyme segment shares (晏殊's 浣溪沙:
+    杯 台 回 来 徊, 第三部平); the start of one, its first rhyme's; no shared class: <无韵>; a 诗 keeps
+    a 词 without a tune the 诗's rule."""
+    from data.tokenizer import CharTokenizer
+    from data.verse.plan import ci_rhyme_classes, ci_rhyme_label, plan_ids, plan_labels, poem_plan
+
+    assert len(ci_rhyme_classes()) == 33 and ci_rhyme_label((7, "平")) == "<7部平>"
+    assert poem_plan(HUANXISHA, "ci", "simplified", "浣溪沙") == ("<浣溪沙>", "<3部平>")
+    assert poem_plan("明月几时有，把酒问青天。", "ci", "simplified", "水调歌头", complete=False) == \
+        ("<水调歌头>", "<7部平>")  # 天
+    unrhymed = "".join(line[:-2] + "一" + line[-1] for line in (HUANXISHA[i:i + 8] for i in range(0, 48, 8)))
+    assert poem_plan(unrhymed, "ci", "simplified", "浣溪沙") == ("<浣溪沙>", "<无韵>")
+    assert poem_plan(HUANXISHA, "ci", "simplified") == ("<其他>", "<无韵>")  # no tune: the 诗's rule (去 is 仄)
+    tok = CharTokenizer.from_texts([HUANXISHA], plan=plan_labels(tunes=True))
+    ids = plan_ids(tok)
+    assert ids.read([0, ids.tunes["浣溪沙"][0], ids.ci_rhymes[(3, "平")]]) == \
+        {"form": "ci", "rhyme": "3部平", "tune": "浣溪沙"}

@@ -221,8 +221,9 @@ def test_a_plan_models_structure_starts_after_its_plan_tokens():
 def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
     """<bos> <菩萨蛮> <rhyme> 词: every line's countdown comes from the template (7, 7, 5, …) from
     its first character on, each rhyming line's last character is a rhyme slot, the line id counts
-    the lines left (8 … 1), 、 ends a line; a 词 planned <其他> is read as a 诗 (the first line's
-    length for the others)."""
+    the lines left (8 … 1), 、 ends a line, the countdown id before a mark names the template's (。:
+    2, where this 词 has ，or 、); a 词 planned <其他> is read as a 诗 (the first line's length for
+    the others)."""
     from data.features import tune_tables
     from data.verse.plan import plan_ids, plan_labels
 
@@ -235,9 +236,12 @@ def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
     body = tok.encode(ci, eos=True)
     got = m.poem.structure_ids(torch.tensor([[0, ids.tunes["菩萨蛮"][0], ids.none, *body]]))[0, 2:].tolist()
     counts = [c for _, c, _ in got]
-    assert counts[:9] == [8, 7, 6, 5, 4, 3, 2, 1, 8]  # after the plan: 7 characters, the mark; line 2 again 7
-    assert got[7] == [8, 1, 3] and got[6] == [8, 2, 4]  # before ，the mark; before 织 a rhyme slot
-    assert got[16:23] == [[6, 6, 2], [6, 5, 2], [6, 4, 2], [6, 3, 2], [6, 2, 4], [6, 1, 3], [5, 6, 2]]  # 、 ends
-    assert got[-3] == [1, 1, 3] and got[-2] == got[-1] == [0, 0, 0]  # the last mark next; then the 词 is done
+    assert counts[:9] == [8, 7, 6, 5, 4, 3, 2, 2, 8]  # after the plan: 7 characters, the mark; line 2 again 7
+    assert got[7] == [8, 2, 3] and got[6] == [8, 2, 4]  # before the mark: the template's 。(id 2); before 织 a rhyme slot
+    assert got[15] == [7, 2, 3]
+    assert got[16:23] == [[6, 6, 2], [6, 5, 2], [6, 4, 2], [6, 3, 2], [6, 2, 4], [6, 2, 3], [5, 6, 2]]  # 、 ends
+    assert got[-3] == [1, 2, 3] and got[-2] == got[-1] == [0, 0, 0]  # the last mark (。) next; then the 词 is done
+    shui = m.poem.structure_ids(torch.tensor([[0, ids.tunes["水调歌头"][0], ids.none, *tok.encode("平林漠漠烟，")]]))
+    assert shui[0, -2].tolist() == [8, 1, 3]  # 19 lines left (capped: 8); before the template's ，: id 1
     other = m.poem.structure_ids(torch.tensor([[0, ids.forms["other"], ids.none, *body]]))[0, 2:].tolist()
     assert other[:8] == [[1, 0, 1]] * 8 and other[20][1] == 4  # 诗 rules: line 3 as long as line 1 (7), 4 written

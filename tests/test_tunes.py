@@ -311,3 +311,27 @@ def test_a_row_plans_a_template_token_drawn_by_share_among_those_its_prompt_fits
     assert {r[0] for r in fitted} == {second, fourth}
     assert abs(sum(r == [second] for r in fitted) / 2000 - 199 / 263) < 0.03
     assert TuneConstraint(tok, "浣溪沙").plans(3, seed=0) == [[ids.tunes["浣溪沙"][0]]] * 3
+
+
+def test_rhyme_keeps_the_cilin_class_a_row_planned():
+    """With rhyme=true a 浣溪沙 (one 平 segment) whose drawn rhyme token is a 平 词林正韵 class rhymes in
+    that class at every rhyme position; a 仄 class, or a 平水韵 group, leaves the choice to the first rhyme."""
+    from data.verse.ci import rhyme_classes
+    from data.verse.plan import plan_ids
+    from model.sampling.poems import poem_text, read_plans, sample_ids
+
+    engine = plan_lit(True).engine
+    rows = sample_ids(engine, SamplingOptions(num_samples=24, temperature=1.0, top_k=None, max_new_tokens=200,
+                                              tune="浣溪沙", rhyme=True, seed=3))
+    classes, v = rhyme_classes("simplified"), tunes()["浣溪沙"][0]
+    planned = 0
+    for row, plan in zip(rows, read_plans(engine.tokenizer, rows)):
+        body = "".join(c for c in poem_text(engine.tokenizer, row) if c not in "，。、？！")
+        ends = [sum(n for n, _ in v.lines[:k + 1]) - 1 for k, r in enumerate(v.rhymes) if r == 0]
+        shared = frozenset.intersection(*(classes[body[e]] for e in ends))
+        assert shared  # rhyme=true: one class at every position
+        if plan["rhyme"] and plan["rhyme"].endswith("部平"):
+            planned += 1
+            assert (int(plan["rhyme"][:-2]), "平") in shared
+    assert planned >= 3  # an untrained model draws a 平 class now and then
+    assert plan_ids(engine.tokenizer).ci_rhymes

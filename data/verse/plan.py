@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Protocol, Sequence
 
-from data.verse.ci import CI_LINE_END, ci_lines, shape_of
+from data.verse.ci import CI_LINE_END, ci_lines, rhyme_classes, shape_of
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
-from data.verse.tunes import tunes as tune_table
+from data.verse.tunes import SCRIPT as TUNES_SCRIPT, segment_rhyme, tunes as tune_table
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
 """Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
@@ -99,11 +99,32 @@ def tune_variant(text: str, tune: str, complete: bool = True) -> int | None:
 
 
 @lru_cache(maxsize=None)
+def ci_rhyme_classes() -> tuple[tuple[int, str], ...]:
+    """The 词林正韵 classes (部 1–19, 平 or 仄; `data.verse.ci.rhyme_classes`), in order: 33."""
+    return tuple(sorted({k for cls in rhyme_classes(TUNES_SCRIPT).values() for k in cls}))
+
+
+def ci_rhyme_label(cls: tuple[int, str]) -> str:
+    """The label of a 词林正韵 class's rhyme token: `(7, "平")` → `<7部平>`."""
+    return f"<{cls[0]}部{cls[1]}>"
+
+
+def ci_rhyme(text: str, tune: str, variant: int) -> tuple[int, str] | None:
+    """The 词林正韵 class a 词 of template `variant` of `tune` (or the start of one) rhymes in first:
+    the class its first rhyme segment's positions share most (`data.verse.tunes.segment_rhyme`),
+    if two of them do (one, where only one is written); None: no rhyme yet."""
+    cls, count, written = segment_rhyme(text, tune_table()[tune][variant], 0)
+    return cls if count >= min(2, written) and count else None
+
+
+@lru_cache(maxsize=None)
 def plan_labels(segments: bool = False, tunes: bool = False) -> tuple[str, ...]:
     """Every plan token's label, in id order: the 5 forms, the 30 level-tone groups, `<无韵>`, with
-    segments the 3 condition markers (`SEGMENTS`), with tunes one per tune token (`tune_tokens`)."""
+    segments the 3 condition markers (`SEGMENTS`), with tunes one per tune token (`tune_tokens`)
+    and one per 词林正韵 class (`ci_rhyme_classes`)."""
     return (*FORM_LABELS.values(), *map(rhyme_label, level_tone_table()), NO_RHYME,
-            *(SEGMENTS.values() if segments else ()), *(tune_label(*t) for t in (tune_tokens() if tunes else ())))
+            *(SEGMENTS.values() if segments else ()), *(tune_label(*t) for t in (tune_tokens() if tunes else ())),
+            *(map(ci_rhyme_label, ci_rhyme_classes()) if tunes else ()))
 
 
 def clean_title(title: str) -> str:
@@ -133,15 +154,18 @@ def poem_plan(text: str, form: str, script: str, tune: str = "", complete: bool 
     """(form label, rhyme label) of a poem: `form` is its corpus `form` field (`form_of`); a 词's,
     `ci`, plans `<其他>`, or with `tune` (one of `data.verse.tunes`, for a tokenizer with tune
     tokens) the token of the tune's template it is written to (`tune_variant`, complete: the whole
-    词), `<其他>` where it has none.
+    词), `<其他>` where it has none; such a 词's rhyme label names the 词林正韵 class it rhymes in
+    first (`ci_rhyme`), or is `<无韵>`.
     `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
     (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
     if form not in FORM_LABELS and form != "ci":
         raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}, ci")
-    group = rhyme_of(text, script)
     variant = tune_variant(text, tune, complete) if form == "ci" and tune in tune_table() else None
-    first = FORM_LABELS.get(form, FORM_LABELS["other"]) if variant is None else tune_label(tune, variant)
-    return first, NO_RHYME if group is None else rhyme_label(group)
+    if variant is not None:
+        cls = ci_rhyme(text, tune, variant)
+        return tune_label(tune, variant), NO_RHYME if cls is None else ci_rhyme_label(cls)
+    group = rhyme_of(text, script)
+    return FORM_LABELS.get(form, FORM_LABELS["other"]), NO_RHYME if group is None else rhyme_label(group)
 
 
 class HasPlanTokens(Protocol):
@@ -186,12 +210,14 @@ class PlanIds:
     """Where a tokenizer's plan tokens sit: forms (form name → id), rhymes (group → id), none
     (the id of `<无韵>`), segments (condition → its marker's id; {} for a model without them),
     templates (tune token id → (tune, index of its template in `data.verse.tunes`), `tune_tokens`;
-    {} for a model without them). Built by `plan_ids`."""
+    {} for a model without them), ci_rhymes (词林正韵 class → id; {} for a model without tune
+    tokens). Built by `plan_ids`."""
     forms: dict[str, int]
     rhymes: dict[str, int]
     none: int
     segments: dict[str, int]
     templates: dict[int, tuple[str, int]]
+    ci_rhymes: dict[tuple[int, str], int]
 
     @property
     def tunes(self) -> dict[str, tuple[int, ...]]:
@@ -209,7 +235,8 @@ class PlanIds:
     @property
     def all(self) -> list[int]:
         """Every plan id, markers and tunes included."""
-        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values(), *self.tune_of]
+        return [*self.forms.values(), *self.rhymes.values(), self.none, *self.segments.values(), *self.tune_of,
+                *self.ci_rhymes.values()]
 
     @property
     def firsts(self) -> list[int]:
@@ -256,10 +283,12 @@ class PlanIds:
 
     def read(self, ids: Iterable[int]) -> dict[str, str | None]:
         """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
-        (the first form token and the first rhyme token; None where there is none, or `<无韵>`),
-        and for a model with tune tokens "tune": the tune its token names (form `ci`) or None."""
+        (the first form token and the first rhyme token, a 词林正韵 class as `7部平`; None where
+        there is none, or `<无韵>`), and for a model with tune tokens "tune": the tune its token
+        names (form `ci`) or None."""
         first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for i, t in self.tune_of.items()}}
-        group_of_id = {i: g for g, i in self.rhymes.items()}
+        group_of_id = {**{i: g for g, i in self.rhymes.items()},
+                       **{i: ci_rhyme_label(c)[1:-1] for c, i in self.ci_rhymes.items()}}
         ids = [int(i) for i in ids]
         form, tune = next((first_of_id[i] for i in ids if i in first_of_id), (None, None))
         return {"form": form, "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None),
@@ -278,4 +307,5 @@ def plan_ids(tok: HasPlanTokens) -> PlanIds | None:
     return PlanIds({f: index[label] for f, label in FORM_LABELS.items()},
                    {g: index[rhyme_label(g)] for g in level_tone_table()}, index[NO_RHYME],
                    {c: index[label] for c, label in SEGMENTS.items() if label in index},
-                   {index[tune_label(*t)]: t for t in tune_tokens() if tune_label(*t) in index})
+                   {index[tune_label(*t)]: t for t in tune_tokens() if tune_label(*t) in index},
+                   {c: index[ci_rhyme_label(c)] for c in ci_rhyme_classes() if ci_rhyme_label(c) in index})

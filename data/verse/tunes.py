@@ -244,17 +244,22 @@ def stanza_ends(text: str, tune: str) -> bool:
     return bool(fits) and all(v.stanza == len(shape) for v in fits)
 
 
+def segment_rhyme(text: str, variant: Variant, segment: int) -> tuple[tuple[int, str] | None, int, int]:
+    """(the 词林正韵 class of the segment's tone that most of its rhyme positions share, or None;
+    the positions that have it; the segment's positions written) in a 词 of `variant`'s shape, or
+    the start of one (the positions it has written)."""
+    classes, body = rhyme_classes(SCRIPT), _body(text)
+    chars = [body[e] for e, r in zip(_ends(variant.shape), variant.rhymes) if r == segment and e < len(body)]
+    tally = Counter(c for ch in chars for c in classes.get(ch, ()) if c[1] == variant.segments[segment])
+    best = tally.most_common(1)[0] if tally else (None, 0)
+    return best[0], best[1], len(chars)
+
+
 def rhyme_kept(text: str, variant: Variant) -> tuple[int, int]:
     """(rhyme positions kept, rhyme positions) of a 词 of `variant`'s shape: in each segment, the
     positions whose character has the 词林正韵 class of the segment's tone that most of them share."""
-    classes, ends = rhyme_classes(SCRIPT), _ends(variant.shape)
-    body, kept, total = _body(text), 0, 0
-    for s, tone in enumerate(variant.segments):
-        chars = [body[e] for e, r in zip(ends, variant.rhymes) if r == s]
-        tally = Counter(c for ch in chars for c in classes.get(ch, ()) if c[1] == tone)
-        kept += tally.most_common(1)[0][1] if tally else 0
-        total += len(chars)
-    return kept, total
+    found = [segment_rhyme(text, variant, s)[1:] for s in range(len(variant.segments))]
+    return sum(k for k, _ in found), sum(n for _, n in found)
 
 
 def tones_kept(text: str, variant: Variant) -> tuple[int, int]:

@@ -101,11 +101,11 @@ def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
 
 def plan_grammar(tok: Tokenizer, real_rhymes: bool) -> PlanGrammar:
     """The `PlanGrammar` of a tokenizer with plan tokens; real_rhymes: the rhyme slot takes a
-    level-tone group only, not `<无韵>` (soft `rhyme`)."""
+    level-tone group only, not `<无韵>` or a 词林正韵 class (soft `rhyme` of a 诗)."""
     ids, V = plan_ids(tok), tok.vocab_size
     forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
     forms[ids.firsts] = True
-    rhymes[list(ids.rhymes.values()) + ([] if real_rhymes else [ids.none])] = True
+    rhymes[list(ids.rhymes.values()) + ([] if real_rhymes else [ids.none, *ids.ci_rhymes.values()])] = True
     plan[ids.all] = True
     return PlanGrammar(forms, rhymes, plan, tok.bos_id)
 

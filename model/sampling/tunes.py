@@ -20,7 +20,8 @@ token when one of them allows it:
 Plan tokens (a model trained with them, the default): a row's plan slots take the token of one of
 its tune's templates (a model trained with tune tokens, `experiment=ci`: `plans` draws one by the
 templates' shares) or else `<其他>`, the form token of every poem that is not one of the four
-forms, then a rhyme token, as in `model.sampling.constraints`.
+forms, then a rhyme token, as in `model.sampling.constraints`; on a model with tune tokens also a
+词林正韵 class (`<7部平>`), in which `rhyme` then rhymes the first segment.
 """
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ class TuneConstraint:
         for name in self.of_tune if self.plan else ():
             self.plan_tokens[name] = torch.zeros(V, dtype=torch.bool)
             self.plan_tokens[name][[*(self._tokens(name) or [self.plan.forms["other"]]), *self.plan.rhymes.values(),
-                                    self.plan.none]] = True
+                                    self.plan.none, *self.plan.ci_rhymes.values()]] = True
+        self.class_of_id = {i: c for c, i in self.plan.ci_rhymes.items()} if self.plan else {}
         self.rows: list[_TuneRow] = []
         self.consumed = 0
         self._masks: dict[tuple, torch.Tensor] = {}
@@ -307,6 +309,14 @@ class TuneConstraint:
         row.live, row.k, row.marked = live, row.k + 1, False
         return None
 
+    def _plan_rhyme(self, row: _TuneRow, cls: tuple[int, str]) -> None:
+        """A row that planned 词林正韵 class `cls` rhymes its first segment in it, in every live
+        template whose first segment has its tone (where the vocabulary has enough of it)."""
+        for i in row.live:
+            segments = self.templates[i].variant.segments
+            if segments and cls in self.open[segments[0]] and row.classes[i][0] is None:
+                row.classes[i] = (frozenset({cls}), *row.classes[i][1:])
+
     def _allowed(self, row: _TuneRow) -> torch.Tensor:
         """(V,) bool: the tokens one of the row's templates allows next (shared: do not modify).
         Masks are kept per state (position, templates, the classes of the rhyme due here); at a
@@ -374,6 +384,8 @@ class TuneConstraint:
                     continue
                 if self.tok.is_plan(i):
                     row.plan_left = max(0, row.plan_left - 1)
+                    if self.rhyme and i in self.class_of_id:
+                        self._plan_rhyme(row, self.class_of_id[i])
                     continue
                 row.plan_left = 0
                 if reason := self._advance(row, self.tok.itos[i]):
