@@ -76,7 +76,7 @@ def test_a_ci_probe_is_read_to_its_tune(tmp_path, corpus, tunes):
     ckpt = write_checkpoint(tmp_path / "checkpoints" / "ci" / "last.ckpt", plan=True, tunes=tunes)
     report = attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水調歌頭'",
                                          "head_effects.enabled=false"))
-    assert report["tokens"] == ["<bos>", "<水调歌头>" if tunes else "<其他>", "<无韵>", *CI_PROBE]
+    assert report["tokens"] == ["<bos>", *(["<水调歌头>", "<7部平>"] if tunes else ["<其他>", "<无韵>"]), *CI_PROBE]
     assert report["tune"] == "水調歌頭"
     with pytest.raises(ValueError, match="nearest: 水调歌头"):
         attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水调歌'"))

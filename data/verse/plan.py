@@ -42,7 +42,9 @@ from data.verse.ci import CI_LINE_END, ci_lines, rhyme_classes, shape_of
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
-from data.verse.tunes import SCRIPT as TUNES_SCRIPT, segment_rhyme, tunes as tune_table
+from data.verse.tunes import SCRIPT as TUNES_SCRIPT
+from data.verse.tunes import segment_rhyme
+from data.verse.tunes import tunes as tune_table
 
 FORM_LABELS = {"wujue": "<五绝>", "qijue": "<七绝>", "wulv": "<五律>", "qilv": "<七律>", "other": "<其他>"}
 """Form name (`data.verse.poetry.FORMS` and `other`) → its plan token's label."""
