@@ -195,7 +195,8 @@ def evaluation(res: dict) -> str:
         machine_line("evaluate-default-cpu", e.get("machine", f"device {e['device']}")),
         fenced(format_table(e["rows"])), *filter(None, [free_samples(e)]),
         *([f"Where keywords stand:\n\n{fenced(format_placement(e['keywords']['placement']))}"] if "keywords" in e else []),
-        *([f"词 to a tune (the human row: {e['settings']['reference']} held-out 词 of the tunes with templates; "
+        *([f"词 to a tune (the human row: {e['ci_rows']['human (held-out)']['n']} held-out 词 of the tunes with templates, "
+           f"all there are up to `reference`; "
            f"[evaluation](evaluation.md#词-sets)):\n\n{fenced(format_ci_table(e['ci_rows']))}"] if "ci_rows" in e else [])])
 
 

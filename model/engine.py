@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
-from data.verse.plan import poem_ids
+from data.verse.plan import plan_ids, poem_ids, tune_variant
 from data.verse.script import prompt_to_script, variants
 from data.verse.tunes import find_tune
 from model.gpt import GPT
@@ -106,11 +106,17 @@ class Engine:
         """A text (either script, converted to the model's) framed as the model was trained on a
         poem (`data.verse.plan.poem_ids`): `<bos>`, for a model with plan tokens the text's plan as
         a poem (its form, `form_of`, and rhyme group: a couplet is `<其他>` `<无韵>`; with `tune`,
-        either script, a 词: the tune's token on a model with tune tokens, else `<其他>`), its ids,
-        and `<eos>` if eos; any length. raises as `to_model_text`; ValueError for an unknown tune."""
+        either script, a 词: the token of the tune's template it is, or begins, on a model with tune
+        tokens, else `<其他>`), its ids, and `<eos>` if eos; any length. raises as `to_model_text`;
+        ValueError for an unknown tune, or, on a model with tune tokens, a text that is (begins) none
+        of the tune's templates with a token."""
         tune = find_tune(tune) if tune else ""
-        return poem_ids(self.tokenizer, self.to_model_text(text, option), self.script, "ci" if tune else None,
-                        eos=eos, tune=tune)
+        text = self.to_model_text(text, option)
+        ids = plan_ids(self.tokenizer)
+        if tune and ids is not None and ids.tunes and tune_variant(text, tune, complete=eos) is None:
+            raise ValueError(f"{option} {text!r} is not {'' if eos else 'the start of '}a 词 to {tune}: its lines fit "
+                             f"none of {tune}'s templates with a token (docs/tunes.md)")
+        return poem_ids(self.tokenizer, text, self.script, "ci" if tune else None, eos=eos, tune=tune)
 
     def encode_line(self, text: str, option: str = "text", tune: str = "") -> tuple[torch.Tensor, list[str]]:
         """A line or poem as the model reads the start of a poem (`poem_ids` without `<eos>`; `tune`:

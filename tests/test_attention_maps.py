@@ -72,7 +72,8 @@ def test_a_plan_model_reads_the_probe_and_the_poems_after_their_plan(tmp_path, c
 @pytest.mark.parametrize("tunes", [True, False])
 def test_a_ci_probe_is_read_to_its_tune(tmp_path, corpus, tunes):
     """A model trained with tune tokens reads the 词 probe after its tune's token, another plan
-    model after <其他>; the tune's name may be in traditional script; an unknown tune is refused."""
+    model after <其他>; the tune's name may be in traditional script; an unknown tune is refused, and
+    on a tune model a text that fits none of the tune's templates."""
     ckpt = write_checkpoint(tmp_path / "checkpoints" / "ci" / "last.ckpt", plan=True, tunes=tunes)
     report = attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水調歌頭'",
                                          "head_effects.enabled=false"))
@@ -80,6 +81,9 @@ def test_a_ci_probe_is_read_to_its_tune(tmp_path, corpus, tunes):
     assert report["tune"] == "水調歌頭"
     with pytest.raises(ValueError, match="nearest: 水调歌头"):
         attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='水调歌'"))
+    if tunes:  # 浣溪沙's lines have 7 characters: a text that starts none of its templates is refused
+        with pytest.raises(ValueError, match="is not the start of a 词 to 浣溪沙: its lines fit none of"):
+            attention_report(report_cfg(tmp_path, corpus, ckpt, f"text='{CI_PROBE}'", "tune='浣溪沙'"))
 
 
 def test_heldout_poems_are_the_first_validation_poems_of_the_forms(corpus):
