@@ -162,7 +162,7 @@ def test_a_tang_and_ci_data_module_plans_each_ci_by_its_tune_and_refuses_traditi
     assert dm.meta["val_ci"]["poems"] == 2 and set(HUANXISHA) <= set(dm.tokenizer.stoi)
     ids = plan_ids(dm.tokenizer)
     assert len(ids.tunes) == len(tunes()) and ids.read([0, ids.tunes["浣溪沙"][0]]) == \
-        {"form": "ci", "rhyme": None, "tune": "浣溪沙"}
+        {"form": "ci", "rhyme": None, "tune": "浣溪沙", "template": 1}
     val = [int(i) for i in dm.tokens("val_ci")]
     firsts = [val[k + 1] for k, i in enumerate(val) if i == 0]  # after each <bos>: the form slot
     assert firsts == [ids.tunes["浣溪沙"][0], ids.forms["other"]]
@@ -197,7 +197,8 @@ def test_a_tune_has_a_token_per_common_template_and_a_ci_plans_the_one_it_has():
         assert lengths[i][:len(shui[k].lines)] == [n for n, _ in shui[k].lines]
         assert rhymes[i][:len(shui[k].lines)] == [r is not None for r in shui[k].rhymes]
         assert marks[i][:len(shui[k].lines) + 1] == [" ，。、".index(m) for _, m in shui[k].lines] + [0]
-    assert ids.read([0, ids.tunes["水调歌头"][1]])["tune"] == "水调歌头"
+    assert ids.read([0, ids.tunes["水调歌头"][1]]) == {"form": "ci", "rhyme": None, "tune": "水调歌头", "template": 2}
+    assert ids.read([0, ids.forms["wujue"]]) == {"form": "wujue", "rhyme": None, "tune": None, "template": None}
 
 
 def test_a_ci_plans_the_cilin_class_it_rhymes_in_first():
@@ -217,4 +218,4 @@ def test_a_ci_plans_the_cilin_class_it_rhymes_in_first():
     tok = CharTokenizer.from_texts([HUANXISHA], plan=plan_labels(tunes=True))
     ids = plan_ids(tok)
     assert ids.read([0, ids.tunes["浣溪沙"][0], ids.ci_rhymes[(3, "平")]]) == \
-        {"form": "ci", "rhyme": "3部平", "tune": "浣溪沙"}
+        {"form": "ci", "rhyme": "3部平", "tune": "浣溪沙", "template": 1}

@@ -287,14 +287,17 @@ class PlanIds:
         """The plan a sequence of ids holds: {"form": form name or None, "rhyme": group or None}
         (the first form token and the first rhyme token, a 词林正韵 class as `7部平`; None where
         there is none, or `<无韵>`), and for a model with tune tokens "tune": the tune its token
-        names (form `ci`) or None."""
+        names (form `ci`) or None, and "template": that token's template, 1 for the tune's
+        commonest (`<水调歌头·2>`: 2), or None."""
         first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for i, t in self.tune_of.items()}}
         group_of_id = {**{i: g for g, i in self.rhymes.items()},
                        **{i: ci_rhyme_label(c)[1:-1] for c, i in self.ci_rhymes.items()}}
         ids = [int(i) for i in ids]
-        form, tune = next((first_of_id[i] for i in ids if i in first_of_id), (None, None))
+        first = next((i for i in ids if i in first_of_id), None)
+        form, tune = first_of_id.get(first, (None, None))
+        template = self.templates[first][1] + 1 if first in self.templates else None
         return {"form": form, "rhyme": next((group_of_id[i] for i in ids if i in group_of_id), None),
-                **({"tune": tune} if self.tunes else {})}
+                **({"tune": tune, "template": template} if self.tunes else {})}
 
 
 @lru_cache(maxsize=8)
