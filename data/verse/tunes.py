@@ -19,10 +19,12 @@ How each is read from the corpus (`derive`):
   line ends that rhyme with each other that often form a segment, and the segment's tone is
   the tone of the classes they share most often; the last line end always rhymes (in the
   segment of the rhyme before it);
-- **stanza break** (上阕/下阕; the source does not mark it): after a rhyming line, at a segment's
-  end when the rhyme changes, where the two halves end with the longest run of equal line
-  lengths (the 下阕 repeats the 上阕's close), at least two lines; ties go to the break nearest
-  the middle; none (one stanza, 单调) when no break has two.
+- **stanza break** (上阕/下阕; the source does not mark it): a template has two stanzas when,
+  after some rhyming line (at a segment's end when the rhyme changes), the two halves end with a
+  run of at least two equal line lengths (the 下阕 repeats the 上阕's close), else one (单调); the
+  break is then the rhyming line's end (at a segment's end when the rhyme changes) that leaves
+  the halves nearest in characters, ties to the longer run (水龙吟: 52 and 50 characters, though
+  its halves close differently).
 
 `python -m data.build_tunes` writes them to `tunes.json` beside this file; a test checks the
 shares each template claims against the corpus.
@@ -147,7 +149,7 @@ def _rhyme_segments(bodies: list[str], ends: list[int]) -> tuple[list[int | None
 def _stanza(lengths: list[int], rhymes: list[int | None]) -> int | None:
     """The 下阕's first line (module docstring), or None for one stanza."""
     changes = len({r for r in rhymes if r is not None}) > 1
-    best = None
+    breaks = []  # (characters apart, -run, b)
     for b in range(1, len(lengths)):
         if rhymes[b - 1] is None or (changes and rhymes[b] == rhymes[b - 1]):
             continue
@@ -155,10 +157,8 @@ def _stanza(lengths: list[int], rhymes: list[int | None]) -> int | None:
         run = 0
         while run < min(len(first), len(second)) and first[-1 - run] == second[-1 - run]:
             run += 1
-        score = (run, -abs(sum(first) - sum(second)))
-        if run >= 2 and (best is None or score > best[0]):
-            best = (score, b)
-    return best[1] if best else None
+        breaks.append((abs(sum(first) - sum(second)), -run, b))
+    return min(breaks)[2] if any(-run >= 2 for _, run, _ in breaks) else None
 
 
 def derive(poems: Iterable[dict], min_tune: int = MIN_TUNE) -> dict[str, list[Variant]]:
