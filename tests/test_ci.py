@@ -219,3 +219,11 @@ def test_a_ci_plans_the_cilin_class_it_rhymes_in_first():
     ids = plan_ids(tok)
     assert ids.read([0, ids.tunes["浣溪沙"][0], ids.ci_rhymes[(3, "平")]]) == \
         {"form": "ci", "rhyme": "3部平", "tune": "浣溪沙", "template": 1}
+
+
+def test_closed_lines_reads_the_start_of_a_ci():
+    from data.verse.ci import closed_lines
+
+    assert closed_lines("明月几时有，把酒") == ([(5, "，")], 2)
+    assert closed_lines("明月几时有，把酒问青天。") == ([(5, "，"), (5, "。")], 0)
+    assert closed_lines("") == ([], 0)

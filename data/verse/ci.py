@@ -47,6 +47,14 @@ def ci_lines(text: str) -> list[str]:
     return [m.group(0) for m in _LINE.finditer(re.sub(r"\s+", "", text))]
 
 
+def closed_lines(text: str) -> tuple[list[tuple[int, str]], int]:
+    """The start of a 词: ([(length, mark)] of its lines that have their mark, the characters of a
+    last line without one): `明月几时有，把酒` → ([(5, "，")], 2)."""
+    lines = ci_lines(text)
+    rest = len(lines[-1]) if lines and lines[-1][-1] not in CI_LINE_END else 0
+    return [(len(line) - 1, line[-1]) for line in lines[:len(lines) - bool(rest)]], rest
+
+
 def shape_of(text: str) -> str:
     """The 词's shape: each line's length followed by its mark (`7。7。7。7，7。7。`)."""
     return "".join(f"{len(line.rstrip(CI_LINE_END))}{line[-1] if line[-1] in CI_LINE_END else ''}"

@@ -40,7 +40,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from data.verse.ci import CI_LINE_END, LEVEL, OBLIQUE, ci_lines, parse_shape, rhyme_classes, shape_of, tune_name
+from data.verse.ci import (
+    CI_LINE_END,
+    LEVEL,
+    OBLIQUE,
+    ci_lines,
+    closed_lines,
+    parse_shape,
+    rhyme_classes,
+    shape_of,
+    tune_name,
+)
 from data.verse.meter import tones as char_tones
 from data.verse.script import prompt_to_script
 
@@ -236,10 +246,9 @@ def stanzas(text: str, tune: str) -> list[str]:
 def stanza_ends(text: str, tune: str) -> bool:
     """Whether a 词 being written to `tune` has just closed its 上阕: `text` (so far) ends with a
     line's mark, and every template of the tune its lines still fit has its stanza break there."""
-    lines = ci_lines(text)
-    if not lines or lines[-1][-1] not in CI_LINE_END:
+    shape, rest = closed_lines(text)
+    if not shape or rest:
         return False
-    shape = [(len(line) - 1, line[-1]) for line in lines]
     fits = [v for v in tunes().get(tune, ()) if v.lines[:len(shape)] == shape]
     return bool(fits) and all(v.stanza == len(shape) for v in fits)
 

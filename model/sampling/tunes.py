@@ -176,14 +176,15 @@ class TuneConstraint:
         `<其他>` on a model without tune tokens. raises ValueError for a model without plan tokens."""
         if self.plan is None:
             raise ValueError("this model has no plan tokens")
-        rng, other, out = random.Random(seed), self.plan.forms["other"], []
-        for tune in self.row_tunes * n if len(self.row_tunes) == 1 else self.row_tunes:
+        rng, other = random.Random(seed), self.plan.forms["other"]
+        tokens = {}  # tune → its tokens the prompt fits
+        for tune in self.of_tune:
             row = self._start(tune)
             row.plan_left = 0
             fits = all(self._advance(row, c) is None for c in self.prompt)  # else check_text says why
-            tokens = self._tokens(tune, row.live if fits else None)
-            out.append(rng.choices(list(tokens), weights=list(tokens.values())) if tokens else [other])
-        return out
+            tokens[tune] = self._tokens(tune, row.live if fits else None)
+        return [rng.choices(list(tokens[t]), weights=list(tokens[t].values())) if tokens[t] else [other]
+                for t in (self.row_tunes * n if len(self.row_tunes) == 1 else self.row_tunes)]
 
     def max_tokens(self) -> int:
         """Tokens of the longest template, marks and `<eos>` included (not `<bos>`)."""
