@@ -13,13 +13,18 @@ by its last character); specials, plan tokens and non-hanzi get the "none" ids.
 Group ids: 0 none (no level-tone reading), 1…30 the level-tone groups in the table's order
 (上平聲一東 = 1 … 下平聲十五咸 = 30). Tone ids (`TONES`): 0 none (not in the table), 1 level
 only, 2 oblique only, 3 both (a polyphonic character read in either).
+
+A tokenizer with tune tokens (a model that writes 词, many of whose tunes rhyme in 仄) also gets
+the oblique (仄) classes of 词林正韵 (`data.verse.ci.rhyme_classes`: 部 1–19) as group ids
+31…49, after a character's level-tone groups (`group_count`): 月 gets [id of 18部仄, PAD, …],
+乡 [id of 下平聲七陽, id of 2部仄, PAD, PAD]. Two characters lose a reading to READINGS.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from data.tokenizer import Tokenizer
-from data.verse.ci import CI_LINE_END
+from data.verse.ci import CI_LINE_END, OBLIQUE, rhyme_classes
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
 from data.verse.rhyme import is_level_tone, level_tone_table, readings
@@ -36,8 +41,10 @@ it), 2 `<eos>`, 3 a mark that ends a line (`data.verse.poetry.LINE_END`: ，。�
 tokenizer with tune tokens the 词's 、 too, `data.verse.ci.CI_LINE_END`)."""
 GROUPS = 31
 """Group ids: 0 none, then the 30 level-tone groups (`group_ids`)."""
+OBLIQUE_CLASSES = 19
+"""The 词林正韵 部 with an oblique (仄) side: all 19 (`group_count`)."""
 READINGS = 4
-"""Level-tone groups kept per character (the most any character of the table has: 4)."""
+"""Groups kept per character (the most level-tone groups any character of the table has: 4)."""
 PAD = -1
 """Group id filling a row past a character's last level-tone group."""
 
@@ -55,17 +62,27 @@ def group_ids() -> dict[str, int]:
     return {g: i + 1 for i, g in enumerate(level_tone_table())}
 
 
+def group_count(tokenizer: Tokenizer) -> int:
+    """How many group ids `phonology_tables` gives `tokenizer`'s tokens: GROUPS, and with tune
+    tokens the OBLIQUE_CLASSES of 词林正韵 besides (`GPTConfig.rhyme_groups`)."""
+    return GROUPS + (OBLIQUE_CLASSES if _tune_rows(tokenizer) else 0)
+
+
 def phonology_tables(tokenizer: Tokenizer, script: str) -> PhonologyTables:
     """The tables for every id of `tokenizer`, its characters read in `script` ('simplified' |
     'traditional'). `光`, `霜` and `乡` all get [id of 下平聲七陽, PAD, PAD, PAD]; `乡`'s tone is
-    3 (both: it also reads 去聲), `光`'s 1. raises ValueError for an unknown script."""
+    3 (both: it also reads 去聲), `光`'s 1; with tune tokens `乡` also gets 2部仄 (module doc).
+    raises ValueError for an unknown script."""
     index, ids = readings(script), group_ids()
+    classes = rhyme_classes(script) if group_count(tokenizer) > GROUPS else {}
     groups, tones = [], []
     for i in range(tokenizer.vocab_size):
         text = "" if tokenizer.is_plan(i) else tokenizer.token_bytes(i).decode("utf-8", errors="ignore")
         char = text[-1:] if text else ""
         found = index.get(char, frozenset())
-        level = sorted((ids[g] for g in found if is_level_tone(g)))[:READINGS] or [0]
+        level = sorted(ids[g] for g in found if is_level_tone(g))
+        level += sorted(GROUPS + bu - 1 for bu, tone in classes.get(char, ()) if tone == OBLIQUE)
+        level = level[:READINGS] or [0]
         groups.append(level + [PAD] * (READINGS - len(level)))
         has_level, has_oblique = level != [0], any(not is_level_tone(g) for g in found)
         tones.append(0 if not found else 3 if has_level and has_oblique else 1 if has_level else 2)

@@ -36,14 +36,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from data.features import GROUPS
 from model.attention import CausalSelfAttention
 from model.poem_inputs import PoemInputs
 
 
 @dataclass
 class GPTConfig:
-    """Model shape and options; `vocab_size` comes from the tokenizer, `backend` from conf/attention,
-    the rest from conf/model."""
+    """Model shape and options; `vocab_size` and `rhyme_groups` come from the tokenizer, `backend`
+    from conf/attention, the rest from conf/model."""
     vocab_size: int
     block_size: int = 64  # longest context T
     n_layer: int = 4
@@ -58,14 +59,15 @@ class GPTConfig:
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
     poem_inputs: bool = False  # each token's 平水韵 groups and tone, and where it sits in the poem, in and out
     rhyme_loss_weight: float = 0.0  # with poem_inputs: weight of the auxiliary rhyme loss at rhyme slots
+    rhyme_groups: int = GROUPS  # with poem_inputs: the tokenizer's rhyme-group ids (data.features.group_count)
 
     def __post_init__(self):
         self.head_cutoffs = tuple(self.head_cutoffs)
 
 
-MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "backend"))
-"""The fields conf/model sets (the model's shape and options); vocab_size comes from the tokenizer,
-backend from conf/attention."""
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "rhyme_groups", "backend"))
+"""The fields conf/model sets (the model's shape and options); vocab_size and rhyme_groups come
+from the tokenizer, backend from conf/attention."""
 HEADS, POS_EMBS, MLP_ACTS = ("tied", "adaptive"), ("learned", "rope"), ("gelu", "relu2")
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from data.corpus_io import heldout_poems
-from data.features import full_stops, phonology_tables, token_kinds, tune_tables
+from data.features import full_stops, group_count, phonology_tables, token_kinds, tune_tables
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from model.ablation import MEAN_POEMS
 from model.ablation import ablate as ablate_heads
@@ -173,8 +173,9 @@ def config_fields(saved: dict) -> dict:
 
 
 def model_fields(cfg: GPTConfig) -> dict:
-    """A GPTConfig as the model fields a checkpoint saves (less vocab_size)."""
-    return {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name != "vocab_size"}
+    """A GPTConfig as the model fields a checkpoint saves (less vocab_size and rhyme_groups, which
+    come from its tokenizer)."""
+    return {f.name: getattr(cfg, f.name) for f in fields(GPTConfig) if f.name not in ("vocab_size", "rhyme_groups")}
 
 
 def head_for_vocabulary(model: dict, vocab_size: int) -> dict:
@@ -198,12 +199,13 @@ def head_for_vocabulary(model: dict, vocab_size: int) -> dict:
 
 
 def build_gpt(model: dict, tokenizer: Tokenizer, script: str = "simplified", tables: bool = True) -> GPT:
-    """A new GPT for `tokenizer`: model, GPTConfig fields less vocab_size (`config_fields` of a
-    checkpoint's are fine), the head decided for the vocabulary (`head_for_vocabulary`); with
-    `tables`, the poem inputs' tables filled from the data layer (`data.features`) for the
-    tokenizer's characters read in `script` (False: a checkpoint's buffers will replace them).
+    """A new GPT for `tokenizer`: model, GPTConfig fields less vocab_size and rhyme_groups (both
+    from the tokenizer; `config_fields` of a checkpoint's are fine), the head decided for the
+    vocabulary (`head_for_vocabulary`); with `tables`, the poem inputs' tables filled from the data
+    layer (`data.features`) for the tokenizer's characters read in `script` (False: a
+    checkpoint's buffers will replace them).
     Its weights are drawn from torch's generator as GPT(cfg) draws them. raises ValueError as GPT."""
-    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size,
+    gpt = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, rhyme_groups=group_count(tokenizer),
                         **head_for_vocabulary(config_fields(model), tokenizer.vocab_size)))
     if tables and gpt.poem is not None:
         groups_tones = phonology_tables(tokenizer, script)

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data.features import GROUPS, PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
+from data.features import PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
 
 BOS, EOS, MARK = (TOKEN_KINDS.index(k) for k in ("bos", "eos", "line_end"))
 SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot")
@@ -37,17 +37,17 @@ LINES = COUNTDOWN = 10
 
 
 class PoemInputs(nn.Module):
-    """cfg: GPTConfig (vocab_size, n_embd, rhyme_loss_weight). Its tables (`set_phonology`,
+    """cfg: GPTConfig (vocab_size, n_embd, rhyme_loss_weight, rhyme_groups). Its tables (`set_phonology`,
     `set_token_kinds`, `set_full_stops`) are buffers, filled by `model.loading.build_gpt`."""
 
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        self.wge = nn.Embedding(GROUPS, cfg.n_embd)  # rhyme-group embedding
+        self.wge = nn.Embedding(cfg.rhyme_groups, cfg.n_embd)  # rhyme-group embedding
         self.wtone = nn.Embedding(len(TONES), cfg.n_embd)  # tone-class embedding
         self.register_buffer("phon_group_ids", torch.zeros(cfg.vocab_size, READINGS, dtype=torch.long))
         self.register_buffer("phon_tone_ids", torch.zeros(cfg.vocab_size, dtype=torch.long))
-        self.rhyme_head = nn.Linear(cfg.n_embd, GROUPS, bias=False) if cfg.rhyme_loss_weight > 0 else None
+        self.rhyme_head = nn.Linear(cfg.n_embd, cfg.rhyme_groups, bias=False) if cfg.rhyme_loss_weight > 0 else None
         self.wline = nn.Embedding(LINES, cfg.n_embd)  # line index, countdown, slot type of the next token
         self.wcount = nn.Embedding(COUNTDOWN, cfg.n_embd)
         self.wslot = nn.Embedding(len(SLOTS), cfg.n_embd)
@@ -64,11 +64,11 @@ class PoemInputs(nn.Module):
     @torch.no_grad()
     def set_phonology(self, groups: torch.Tensor, tones: torch.Tensor) -> None:
         """The phonology ids of every token id (`data.features.phonology_tables`): groups
-        (vocab_size, READINGS) int, group ids in [0, GROUPS), PAD after a token's last reading,
+        (vocab_size, READINGS) int, group ids in [0, rhyme_groups), PAD after a token's last reading,
         at least one id per row; tones (vocab_size,) int in [0, len(TONES)).
         raises ValueError for a wrong shape or an id out of range."""
         V = self.cfg.vocab_size
-        for name, t, shape, low, high in (("groups", groups, (V, READINGS), PAD, GROUPS),
+        for name, t, shape, low, high in (("groups", groups, (V, READINGS), PAD, self.cfg.rhyme_groups),
                                           ("tones", tones, (V,), 0, len(TONES))):
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name} must be {shape}, got {tuple(t.shape)}")
@@ -215,5 +215,5 @@ class PoemInputs(nn.Module):
         final = (targets >= 0) & (self.structure_ids(idx)[..., 2] == SLOTS.index("rhyme slot"))  # (B, T)
         if not final.any():
             return x.new_zeros(())
-        logits = self.rhyme_head(x[final]).float()  # (N, GROUPS)
+        logits = self.rhyme_head(x[final]).float()  # (N, rhyme_groups)
         return self.cfg.rhyme_loss_weight * F.cross_entropy(logits, self.phon_group_ids[t[final], 0])

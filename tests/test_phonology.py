@@ -36,6 +36,25 @@ def test_tables_of_known_characters():
     assert len(t.groups) == tok.vocab_size and all(len(g) == READINGS for g in t.groups)
 
 
+def test_a_tokenizer_with_tune_tokens_also_gets_the_oblique_cilin_classes():
+    from data.features import GROUPS, OBLIQUE_CLASSES, group_count
+    from data.verse.plan import plan_labels
+    from model.loading import build_gpt
+
+    plain, tuned = CharTokenizer("乡月雪光"), CharTokenizer.from_texts(["乡月雪光"], plan=plan_labels(tunes=True))
+    assert group_count(plain) == GROUPS == 31 and group_count(tuned) == GROUPS + OBLIQUE_CLASSES == 50
+    t = phonology_tables(tuned, "simplified")
+    row = {c: t.groups[tuned.stoi[c]] for c in "乡月雪光"}
+    assert row["月"] == [GROUPS + 18 - 1, PAD, PAD, PAD] == row["雪"]  # 入聲 月 and 屑: 18部仄
+    assert row["乡"] == [22, GROUPS + 2 - 1, PAD, PAD]  # 下平聲七陽, and 漾 in 2部仄
+    assert row["光"] == [22, PAD, PAD, PAD]
+    assert phonology_tables(plain, "simplified").groups[plain.stoi["月"]] == [0, PAD, PAD, PAD]
+    model = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "poem_inputs": True, "rhyme_loss_weight": 0.1}
+    gpt = build_gpt(model, tuned)
+    assert gpt.cfg.rhyme_groups == 50 and gpt.poem.wge.num_embeddings == 50 and gpt.poem.rhyme_head.out_features == 50
+    assert build_gpt(model, plain).poem.wge.num_embeddings == 31
+
+
 KINDS = torch.tensor([1, 2, *[3 if i % 7 == 0 else 0 for i in range(2, V)]])  # <bos> 0, <eos> 1, marks 7, 14, …
 
 
