@@ -107,19 +107,21 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
 
 
 def list_poets(engine, out) -> list[str]:
-    """Print the poets a model was trained with (`poet=`), one per line with its training poems;
-    returns their names. raises ValueError for a model without them."""
+    """Print the poets a model was trained with (`poet=`), under a header, one per line with its
+    training poems; returns their names. raises ValueError for a model without them."""
     poets = known_poets(engine)
     if not poets:
         raise ValueError("this model was trained without poets (data.conditions): it has none to list")
+    print("poet\ttraining poems", file=out)
     for name, n in poets.items():
         print(f"{name}\t{n}", file=out)
     return list(poets)
 
 
 def list_tunes(out) -> list[str]:
-    """Print the tunes `tune=` takes, one per line: its templates and its commonest shape (docs/tunes.md
-    has them all); returns their names."""
+    """Print the tunes `tune=` takes, under a header, one per line: its templates and its commonest
+    shape (docs/tunes.md has them all), commonest tune first; returns their names."""
+    print("tune\ttemplates\tcommonest shape", file=out)
     for name, variants in tunes().items():
         print(f"{name}\t{len(variants)}\t{variants[0].shape}", file=out)
     return list(tunes())

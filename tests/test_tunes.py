@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from data.build_corpus import CORPUS_DIR
 from data.corpus_io import iter_corpus
 from data.tokenizer import CharTokenizer
-from data.verse.tunes import draw_tunes, rhyme_kept, tones_kept, tunes, variant_of
+from data.verse.tunes import draw_tunes, find_tune, rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_ci_table, format_scores, heldout_ci
 from model.inspection.evaluation import ci_sets, is_ci, sample_requests
 from model.sampling.poems import SamplingOptions, sample_poems
@@ -70,6 +70,16 @@ def test_an_acrostic_and_a_prompt_with_a_tune(lit):
     poems = ci(lit, 6, tune="浣溪沙", acrostic="春夏秋冬风花", rhyme=True, seed=3)
     assert all([line[0] for line in p.replace("。", "，").split("，") if line] == list("春夏秋冬风花") for p in poems)
     assert all(p.startswith("一曲新词酒一杯。") for p in ci(lit, 4, tune="浣溪沙", prompt="一曲新词酒一杯。", seed=3))
+
+
+@pytest.mark.parametrize("name, said", [
+    ("浣溪纱", "nearest: 浣溪沙. List"), ("满江", "nearest: 满江红. List"), ("水调歌", "nearest: 水调歌头. List"),
+    ("abc", "no tune name is near it. List"),
+])
+def test_an_unknown_tune_names_only_the_tunes_near_it(name, said):
+    assert find_tune("浣溪沙") == find_tune("浣溪沙 ") == "浣溪沙"
+    with pytest.raises(ValueError, match=f"tune={name} is not one of the 49 tunes .*; {said}"):
+        find_tune(name)
 
 
 @pytest.mark.parametrize("opts, match", [
@@ -335,3 +345,13 @@ def test_rhyme_keeps_the_cilin_class_a_row_planned():
             assert (int(plan["rhyme"][:-2]), "平") in shared
     assert planned >= 3  # an untrained model draws a 平 class now and then
     assert plan_ids(engine.tokenizer).ci_rhymes
+
+
+def test_tunes_list_has_a_header_then_a_tune_a_line_commonest_first():
+    from sample import list_tunes
+
+    out = io.StringIO()
+    names = list_tunes(out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "tune\ttemplates\tcommonest shape" and len(lines) == len(names) + 1 == 50
+    assert lines[1].split("\t") == ["浣溪沙", str(len(tunes()["浣溪沙"])), "7。7。7。7，7。7。"]

@@ -35,7 +35,7 @@ import json
 import random
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
-from difflib import SequenceMatcher
+from difflib import get_close_matches
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -280,16 +280,23 @@ def tones_kept(text: str, variant: Variant) -> tuple[int, int]:
     return sum(t in table[c] for c, t in fixed), len(fixed)
 
 
+NEAR = 0.5
+"""How alike (difflib's ratio: twice the characters in common over both lengths) a tune name must
+be to another to be named as the nearest: 浣溪纱 and 浣溪沙 0.67, 浣溪纱 and 蓦山溪 0.33."""
+
+
 def find_tune(name: str) -> str:
     """A user's tune name (either script; `A・B` gives B, as the corpus's headings) → the name
-    of its templates. raises ValueError for an unknown tune, with the nearest names."""
+    of its templates. raises ValueError for an unknown tune, with the nearest names (up to 3
+    with a ratio of at least NEAR, the nearest first)."""
     known = tunes()
     simplified = prompt_to_script(tune_name(name) or name.strip(), "simplified")
     if simplified in known:
         return simplified
-    near = sorted(known, key=lambda t: (-SequenceMatcher(None, simplified, t).ratio(), -known[t][0].count))[:3]
+    near = get_close_matches(simplified, known, n=3, cutoff=NEAR)
     raise ValueError(f"tune={name} is not one of the {len(known)} tunes with templates (each with ≥ {MIN_TUNE} 词 in "
-                     f"the corpus); nearest: {', '.join(near)}. List them: python sample.py tunes=list")
+                     f"the corpus); {'nearest: ' + ', '.join(near) if near else 'no tune name is near it'}. "
+                     "List them: python sample.py tunes=list")
 
 
 def draw_tunes(n: int, seed: int) -> list[str]:
