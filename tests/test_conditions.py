@@ -185,7 +185,7 @@ def test_sample_py_lists_the_poets_and_refuses_a_model_without(engine, capsys):
     from sample import list_poets
 
     assert list_poets(engine, None) == ["李白", "杜甫"]
-    assert capsys.readouterr().out == "李白\t120\n杜甫\t110\n"
+    assert capsys.readouterr().out == "poet\ttraining poems\n李白\t120\n杜甫\t110\n"
     with pytest.raises(ValueError, match="none to list"):
         list_poets(conditioned(segments=False), None)
 
