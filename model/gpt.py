@@ -36,9 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data.features import GROUPS
 from model.attention import CausalSelfAttention
-from model.poem_inputs import PoemInputs
+from model.poem_inputs import GROUPS, PoemInputs
 
 
 @dataclass

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from data.features import GROUPS as GROUPS  # GPTConfig's default rhyme_groups: the network reads ids here only
 from data.features import PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
 
 BOS, EOS, MARK = (TOKEN_KINDS.index(k) for k in ("bos", "eos", "line_end"))
