@@ -318,10 +318,11 @@ class TuneConstraint:
             if segments and cls in self.open[segments[0]] and row.classes[i][0] is None:
                 row.classes[i] = (frozenset({cls}), *row.classes[i][1:])
 
-    def _allowed(self, row: _TuneRow) -> torch.Tensor:
-        """(V,) bool: the tokens one of the row's templates allows next (shared: do not modify).
-        Masks are kept per state (position, templates, the classes of the rhyme due here); at a
-        rhyme the characters the row has rhymed with are then taken out while others are left."""
+    def _allowed(self, row: _TuneRow) -> tuple[torch.Tensor, list[int]]:
+        """((V,) bool, the tokens one of the row's templates allows next (shared: do not modify);
+        the ids of the characters the row has rhymed with, where a rhyme is due here ([]: none)).
+        Masks are kept per state (position, templates, the classes of the rhyme due here);
+        `__call__` takes the rhymed characters out while others are left."""
         if row.ended:
             key = ("ended",)
         else:
@@ -331,11 +332,8 @@ class TuneConstraint:
         if key not in self._masks:
             self._masks[key] = self._mask_of(row)
         mask = self._masks[key]
-        if not row.ended and row.used and key[3]:
-            fresh = mask.clone()
-            fresh[[self.tok.stoi[c] for c in row.used]] = False
-            mask = fresh if fresh.any() else mask  # repeat a rhyme only if nothing else is left
-        return mask | self.plan_tokens[row.tune] if row.plan_left else mask
+        used = [self.tok.stoi[c] for c in row.used] if not row.ended and row.used and key[3] else []
+        return (mask | self.plan_tokens[row.tune] if row.plan_left else mask), used
 
     def _rhymes(self, classes: frozenset) -> torch.Tensor:
         """(V,) bool: the characters of any of these 词林正韵 classes."""
@@ -392,5 +390,10 @@ class TuneConstraint:
                 if reason := self._advance(row, self.tok.itos[i]):
                     raise ValueError(f"a generated token broke the tune: {reason}")  # a bug if seen
         self.consumed = idx.size(1)
-        allowed = torch.stack([self._allowed(row) for row in self.rows]).to(logits.device)  # (B, V)
-        return logits.masked_fill(~allowed, float("-inf"))
+        masks, used = zip(*map(self._allowed, self.rows))
+        allowed = torch.stack(masks)  # (B, V)
+        if rows := [b for b, ids in enumerate(used) for _ in ids]:  # one pass for every row's rhymed characters
+            fresh = allowed.clone()
+            fresh[rows, [i for ids in used for i in ids]] = False
+            allowed = torch.where(fresh.any(1, keepdim=True), fresh, allowed)  # repeat a rhyme only if nothing is left
+        return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
