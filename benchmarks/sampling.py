@@ -12,10 +12,11 @@ included), with `use_cache=False` (every step recomputes the whole context, as n
 and with the cache. Prints a table of tokens per second (batch × steps ÷ seconds) and the
 ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/sampling/keywords.py`):
 for the `tiny` model with the cache, batches 16 and 300 (evaluate.py's), each poetry-control set
-with and without the keywords, the two alternated `--repeats` times: tokens per second and the
-ratio (keywords ÷ none). Then the cost of writing to a tune (`tune=`, `model/sampling/tunes.py`,
-every mask on: `rhyme=true meter=true keywords=[明月,故乡]`) for a short and two long tunes (longer than the `tiny`
-block: the cache is re-filled), against free sampling of as many tokens, the same way. Writes
+with and without the keywords, the two alternated `--repeats` times: tokens per second (over the
+median time) and the ratio (keywords ÷ none: the median of the turns' ratios). Then the cost of
+writing to a tune (`tune=`, `model/sampling/tunes.py`, every mask on: `rhyme=true meter=true
+keywords=[明月,故乡]`) for a short and two long tunes (longer than the `tiny` block: the cache is
+re-filled), against free sampling of as many tokens, the same way. Writes
 everything to a JSON file.
 """
 from __future__ import annotations
@@ -85,14 +86,19 @@ def seconds(fn, device: str, repeats: int) -> float:
 
 def alternated_rates(engine: Engine, opts: dict, steps: dict, batch: int, repeats: int) -> dict:
     """Tokens per second (batch × steps ÷ median seconds) of each of `opts` (key → SamplingOptions,
-    warmed up; `steps`: the steps each takes), the options timed in turn `repeats` times."""
+    warmed up; `steps`: the steps each takes), the options timed in turn `repeats` times; under
+    "ratio", the median over the turns of the last option's rate ÷ the first's, each turn's pair
+    timed back to back (so a machine that slows down over the run does not tip the ratio)."""
     times = {key: [] for key in opts}
     for _ in range(repeats):
         for key, o in opts.items():
             t0 = time.perf_counter()
             sample_steps(engine, o)
             times[key].append(time.perf_counter() - t0)
-    return {key: batch * steps[key] / statistics.median(times[key]) for key in opts}
+    first, last = list(opts)[0], list(opts)[-1]
+    pairs = [steps[last] * a / (steps[first] * b) for a, b in zip(times[first], times[last])]
+    return {**{key: batch * steps[key] / statistics.median(times[key]) for key in opts},
+            "ratio": statistics.median(pairs)}
 
 
 def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
@@ -107,7 +113,7 @@ def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict
             steps = {kw: sample_steps(engine, o) for kw, o in opts.items()}  # warm-up, and the steps taken
             rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"set": name, "batch": batch, "tokens_per_sec": rate[False],
-                         "keywords_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
+                         "keywords_tokens_per_sec": rate[True], "ratio": rate["ratio"]})
             print(f"{name:15} {batch:5d} {rate[False]:9.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×", flush=True)
     return rows
 
@@ -122,12 +128,12 @@ def tune_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
         for tune in TUNES:
             masked = SamplingOptions(num_samples=batch, seed=0, tune=tune, rhyme=True, meter=True, keywords=KEYWORDS)
             n = sample_steps(engine, masked)  # warm-up, and the tokens the 词 takes
-            opts = {True: masked, False: SamplingOptions(num_samples=batch, seed=0, max_new_tokens=n)}
+            opts = {False: SamplingOptions(num_samples=batch, seed=0, max_new_tokens=n), True: masked}
             steps = {False: sample_steps(engine, opts[False]), True: n}
             rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"tune": tune, "masks": f"rhyme=true meter=true keywords=[{','.join(KEYWORDS)}]",
                          "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
-                         "tune_tokens_per_sec": rate[True], "ratio": rate[True] / rate[False]})
+                         "tune_tokens_per_sec": rate[True], "ratio": rate["ratio"]})
             print(f"{tune:15} {batch:5d} {n:6d} {rate[False]:10.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×",
                   flush=True)
     return rows
@@ -138,7 +144,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--models", nargs="+", default=["tiny", "small"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keyword-batches", nargs="+", type=int, default=[16, 300])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sampling-{device}.json")
     args = ap.parse_args()
