@@ -119,19 +119,20 @@ def _tune_rows(tokenizer: Tokenizer) -> dict[int, Variant]:
     return {} if ids is None else {i: tunes()[t][k] for i, (t, k) in ids.templates.items()}
 
 
-def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[bool]], list[list[int]]]:
-    """Per token id, TUNE_LINES line lengths, rhyme flags and mark ids: for a tune token its
-    template's (`data.verse.tunes`: each line's characters, whether its last one rhymes, the mark
-    that closes it, 1 + its index in TEMPLATE_MARKS; 0, False and 0 past its last line), for every
-    other token 0, False and 0 (what `structure_ids` reads a 词's lines from, as SongNet gives its
+def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """Per token id, TUNE_LINES line lengths, rhyme tones and mark ids: for a tune token its
+    template's (`data.verse.tunes`: each line's characters, the tone its last one rhymes in, 1 平
+    or 2 仄 (0: no rhyme), the mark that closes it, 1 + its index in TEMPLATE_MARKS; 0, 0 and 0
+    past its last line), for every other token 0, 0 and 0 (what `structure_ids` reads a 词's lines from, as SongNet gives its
     model the template). raises ValueError for a template mark not in TEMPLATE_MARKS."""
     rows = _tune_rows(tokenizer)
     lengths = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
-    rhymes = [[False] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
+    rhymes = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     marks = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     for i, v in rows.items():
         for k, ((n, mark), r) in enumerate(zip(v.lines[:TUNE_LINES], v.rhymes)):
             if mark not in TEMPLATE_MARKS:
                 raise ValueError(f"a template of the tune token {i} ends a line with {mark!r}, not one of {TEMPLATE_MARKS}")
-            lengths[i][k], rhymes[i][k], marks[i][k] = n, r is not None, 1 + TEMPLATE_MARKS.index(mark)
+            lengths[i][k], marks[i][k] = n, 1 + TEMPLATE_MARKS.index(mark)
+            rhymes[i][k] = 0 if r is None else 1 + (v.segments[r] == OBLIQUE)
     return lengths, rhymes, marks

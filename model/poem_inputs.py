@@ -26,12 +26,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from data.features import GROUPS as GROUPS  # GPTConfig's default rhyme_groups: the network reads ids here only
-from data.features import PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
+from data.features import GROUPS, PAD, READINGS, TEMPLATE_MARKS, TOKEN_KINDS, TONES, TUNE_LINES
 
 BOS, EOS, MARK = (TOKEN_KINDS.index(k) for k in ("bos", "eos", "line_end"))
-SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot")
-"""Slot types of `PoemInputs.structure_ids`, by id."""
+SLOTS = ("unknown", "first-line character", "character", "line-end mark", "rhyme slot", "仄 rhyme slot")
+"""Slot types of `PoemInputs.structure_ids`, by id; the last only in a 词 whose template rhymes
+there in 仄 (a model with tune tokens: `GPTConfig.rhyme_groups` > GROUPS)."""
 LINES = COUNTDOWN = 10
 """Line-index ids (0 unknown, then lines 0, 1, …, the last shared by the rest) and countdown ids
 (0 unknown, then 0, 1, … tokens left in the line, capped)."""
@@ -51,13 +51,13 @@ class PoemInputs(nn.Module):
         self.rhyme_head = nn.Linear(cfg.n_embd, cfg.rhyme_groups, bias=False) if cfg.rhyme_loss_weight > 0 else None
         self.wline = nn.Embedding(LINES, cfg.n_embd)  # line index, countdown, slot type of the next token
         self.wcount = nn.Embedding(COUNTDOWN, cfg.n_embd)
-        self.wslot = nn.Embedding(len(SLOTS), cfg.n_embd)
+        self.wslot = nn.Embedding(len(SLOTS) - (cfg.rhyme_groups == GROUPS), cfg.n_embd)
         self.register_buffer("token_kind", torch.zeros(cfg.vocab_size, dtype=torch.long))  # TOKEN_KINDS ids
         self.register_buffer("full_stop", torch.zeros(cfg.vocab_size, dtype=torch.bool))  # closes a couplet
         # a tune token's template (`set_tunes`): data, not weights, so not in the checkpoint
         self.register_buffer("tune_lengths", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
                              persistent=False)
-        self.register_buffer("tune_rhymes", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.bool),
+        self.register_buffer("tune_rhymes", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
                              persistent=False)
         self.register_buffer("tune_marks", torch.zeros(cfg.vocab_size, TUNE_LINES, dtype=torch.long),
                              persistent=False)
@@ -100,7 +100,8 @@ class PoemInputs(nn.Module):
     def set_tunes(self, lengths: torch.Tensor, rhymes: torch.Tensor, marks: torch.Tensor) -> None:
         """The template of every tune token (`data.features.tune_tables`): lengths (vocab_size,
         TUNE_LINES) int, each line's characters (0: no line, and every row of a token that is no
-        tune); rhymes (vocab_size, TUNE_LINES) bool, whether its last character rhymes; marks
+        tune); rhymes (vocab_size, TUNE_LINES) int, the tone its last character rhymes in (1 平,
+        2 仄, 0 none); marks
         (vocab_size, TUNE_LINES) int, its closing mark's id, 1 … len(TEMPLATE_MARKS) (0: no line).
         raises ValueError for a wrong shape or a mark id out of range."""
         shape = (self.cfg.vocab_size, TUNE_LINES)
@@ -110,7 +111,7 @@ class PoemInputs(nn.Module):
         if marks.numel() and (marks.min() < 0 or marks.max() > len(TEMPLATE_MARKS)):
             raise ValueError(f"mark ids must lie in [0, {len(TEMPLATE_MARKS)}]")
         self.tune_lengths.copy_(lengths)
-        self.tune_rhymes.copy_(rhymes.bool())
+        self.tune_rhymes.copy_(rhymes)
         self.tune_marks.copy_(marks)
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,7 +148,7 @@ class PoemInputs(nn.Module):
         In a 词 whose plan is a tune token (`set_tunes`) every line the template has is read from
         the template: its countdown (the line's length; where the mark is next, the countdown id
         names the mark instead, 1 + its index in TEMPLATE_MARKS: ，1, 。2, 、3, as SongNet's
-        template symbols name the punctuation), its slot (a rhyme slot where it rhymes), and its
+        template symbols name the punctuation), its slot (a rhyme slot where it rhymes, 5 where in 仄), and its
         line id, which counts the lines left instead (1: the last line; a long tune's end is then
         in sight where a line index would be capped); past its last line all three are 0, as
         after `<eos>`.
@@ -184,7 +185,8 @@ class PoemInputs(nn.Module):
         length = self.tune_lengths[tune, row]  # (B, N) the line's characters in the template, 0: none
         planned = known & (tune_at >= 0) & (tune_at == start - 1)  # (B, N) inside a 词 planned by its tune
         left = (length - offset).clamp(min=0)  # characters before the line's mark
-        t_slot = torch.where(left == 0, 3, torch.where((left == 1) & self.tune_rhymes[tune, row], 4, 2))
+        rhyme = self.tune_rhymes[tune, row]  # (B, N) 1 平, 2 仄, 0 none
+        t_slot = torch.where(left == 0, 3, torch.where((left == 1) & (rhyme > 0), 3 + rhyme, 2))
         lines_left = (self.tune_lengths[tune] > 0).sum(-1) - line  # (B, N) ≥ 1 inside the template
         inside = length > 0  # past the template's last line: every id 0, as after <eos>
         t_count = torch.where(left == 0, self.tune_marks[tune, row], left.clamp(max=COUNTDOWN - 2) + 1)  # the mark's id
@@ -211,9 +213,10 @@ class PoemInputs(nn.Module):
         """rhyme_loss_weight × the mean cross-entropy (nats) of `rhyme_head` predicting the first
         group id of each target in a rhyme slot, 0 if there is none: x (B, T, n_embd) the final
         hidden states, targets (B, T) int64, -1 not scored; idx (B, T) the inputs. A rhyme slot:
-        slot type 4 (`structure_ids`: an even line's last character), whose rhyme the poem's rules fix."""
+        slot type 4 or 5 (`structure_ids`: an even line's last character, a 词's 平 or 仄 rhyme), whose
+        rhyme the poem's rules fix."""
         t = targets.clamp(min=0)  # (B, T)
-        final = (targets >= 0) & (self.structure_ids(idx)[..., 2] == SLOTS.index("rhyme slot"))  # (B, T)
+        final = (targets >= 0) & (self.structure_ids(idx)[..., 2] >= SLOTS.index("rhyme slot"))  # (B, T)
         if not final.any():
             return x.new_zeros(())
         logits = self.rhyme_head(x[final]).float()  # (N, rhyme_groups)

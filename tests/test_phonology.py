@@ -239,7 +239,7 @@ def test_a_plan_models_structure_starts_after_its_plan_tokens():
 
 def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
     """<bos> <菩萨蛮> <rhyme> 词: every line's countdown comes from the template (7, 7, 5, …) from
-    its first character on, each rhyming line's last character is a rhyme slot, the line id counts
+    its first character on, each rhyming line's last character is a rhyme slot (5: a 仄 one), the line id counts
     the lines left (8 … 1), 、 ends a line, the countdown id before a mark names the template's (。:
     2, where this 词 has ，or 、); a 词 planned <其他> is read as a 诗 (the first line's length for
     the others)."""
@@ -256,7 +256,7 @@ def test_a_ci_planned_by_its_tune_counts_its_lines_by_the_tune_s_template():
     got = m.poem.structure_ids(torch.tensor([[0, ids.tunes["菩萨蛮"][0], ids.none, *body]]))[0, 2:].tolist()
     counts = [c for _, c, _ in got]
     assert counts[:9] == [8, 7, 6, 5, 4, 3, 2, 2, 8]  # after the plan: 7 characters, the mark; line 2 again 7
-    assert got[7] == [8, 2, 3] and got[6] == [8, 2, 4]  # before the mark: the template's 。(id 2); before 织 a rhyme slot
+    assert got[7] == [8, 2, 3] and got[6] == [8, 2, 5]  # before the mark: the template's 。(id 2); before 织 a 仄 rhyme slot
     assert got[15] == [7, 2, 3]
     assert got[16:23] == [[6, 6, 2], [6, 5, 2], [6, 4, 2], [6, 3, 2], [6, 2, 4], [6, 2, 3], [5, 6, 2]]  # 、 ends
     assert got[-3] == [1, 2, 3] and got[-2] == got[-1] == [0, 0, 0]  # the last mark (。) next; then the 词 is done
