@@ -123,8 +123,9 @@ def tune_tables(tokenizer: Tokenizer) -> tuple[list[list[int]], list[list[int]],
     """Per token id, TUNE_LINES line lengths, rhyme tones and mark ids: for a tune token its
     template's (`data.verse.tunes`: each line's characters, the tone its last one rhymes in, 1 平
     or 2 仄 (0: no rhyme), the mark that closes it, 1 + its index in TEMPLATE_MARKS; 0, 0 and 0
-    past its last line), for every other token 0, 0 and 0 (what `structure_ids` reads a 词's lines from, as SongNet gives its
-    model the template). raises ValueError for a template mark not in TEMPLATE_MARKS."""
+    past its last line), for every other token 0, 0 and 0 (what `structure_ids` reads a 词's lines
+    from, as SongNet gives its model the template). raises ValueError for a template mark not in
+    TEMPLATE_MARKS."""
     rows = _tune_rows(tokenizer)
     lengths = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]
     rhymes = [[0] * TUNE_LINES for _ in range(tokenizer.vocab_size)]

@@ -148,8 +148,8 @@ class PoemInputs(nn.Module):
         In a 词 whose plan is a tune token (`set_tunes`) every line the template has is read from
         the template: its countdown (the line's length; where the mark is next, the countdown id
         names the mark instead, 1 + its index in TEMPLATE_MARKS: ，1, 。2, 、3, as SongNet's
-        template symbols name the punctuation), its slot (a rhyme slot where it rhymes, 5 where in 仄), and its
-        line id, which counts the lines left instead (1: the last line; a long tune's end is then
+        template symbols name the punctuation), its slot (a rhyme slot where it rhymes, 5 where in
+        仄), and its line id, which counts the lines left instead (1: the last line; a long tune's end is then
         in sight where a line index would be capped); past its last line all three are 0, as
         after `<eos>`.
         """
