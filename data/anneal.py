@@ -2,10 +2,13 @@
 
 The last share f of a run's training windows is drawn only from windows that start at the
 `<bos>` of a poem whose even lines' last characters share a 平水韵 level-tone group
-(`data.verse.plan.poem_rhyme_groups`, the rule evaluate.py's rhyme column uses); the rest
-from every window, as without it. Rhymed poems are more often short and regulated than the
-poets' poems are, so they are drawn so that each form keeps the share it has among all
-windows that start a poem. Why and what it did: docs/rhyme.md.
+(`data.verse.plan.poem_rhyme_groups`, the rule evaluate.py's rhyme column uses), or, for a 词
+planned by its tune's template (`experiment=ci`), whose every rhyme position of the template
+keeps its segment's 词林正韵 class (`data.verse.tunes.rhyme_kept`, the 词 sets' rhyme column);
+the rest from every window, as without it. Rhymed poems are more often short and regulated than
+the poets' poems are, so they are drawn so that each form (each template, for 词) keeps the
+share it has among all windows that start a poem. Why and what it did: docs/rhyme.md,
+docs/experiments.md.
 """
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from data.tokenizer import Tokenizer
-from data.verse.plan import poem_rhyme_groups
+from data.verse.plan import plan_ids, poem_rhyme_groups
 from data.verse.poetry import form_of
+from data.verse.tunes import rhyme_kept
+from data.verse.tunes import tunes as tune_table
 from data.windows import poem_bounds
 
 
@@ -26,15 +31,15 @@ def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: 
     """The windows the annealing phase draws from: `(m,) int64` indices into `window_starts`
     (the training windows' offsets in `tokens`).
 
-    As many as there are windows that start at the `<bos>` of a poem whose even lines rhyme,
-    drawn from those (numpy, `seed`; a form's windows repeat when it has fewer than its share)
-    so that each form (`data.verse.poetry.form_of`) has the share it has among all windows that
-    start a poem (each form's count rounded); a form with no rhymed poem is left out.
+    As many as there are windows that start at the `<bos>` of a rhymed poem (`_rhymed`), drawn
+    from those (numpy, `seed`; a form's windows repeat when it has fewer than its share) so that
+    each form (`data.verse.poetry.form_of`; a 词's template) has the share it has among all
+    windows that start a poem (each form's count rounded); a form with no rhymed poem is left out.
     raises ValueError for an unknown script.
     """
     poems = _poems(tokens, tokenizer)
-    windows = np.flatnonzero(np.isin(window_starts, [s for s, text in poems if poem_rhyme_groups(text, script)]))
-    form = {s: form_of(text) for s, text in poems}
+    windows = np.flatnonzero(np.isin(window_starts, [s for s, text, t in poems if _rhymed(text, t, script)]))
+    form = {s: form_of(text) if t is None else f"ci:{t[0]}:{t[1]}" for s, text, t in poems}
     all_forms = [form[s] for s in window_starts[np.isin(window_starts, list(form))].tolist()]
     rhymed_forms = np.array([form[s] for s in window_starts[windows].tolist()])
     rng, drawn = np.random.default_rng(seed), []
@@ -45,10 +50,25 @@ def annealing_windows(window_starts: np.ndarray, tokens: np.ndarray, tokenizer: 
     return np.concatenate(drawn) if drawn else windows
 
 
-def _poems(tokens: np.ndarray, tokenizer: Tokenizer) -> list[tuple[int, str]]:
-    """(offset of its `<bos>`, text) of every poem in a token array (plan tokens have no text)."""
-    return [(int(s), tokenizer.decode(np.asarray(tokens[s:e]).tolist()))
-            for s, e in zip(*poem_bounds(tokens, tokenizer.bos_id))]
+def _rhymed(text: str, template: tuple[str, int] | None, script: str) -> bool:
+    """Whether a poem rhymes: a 诗's even lines share a level-tone group; a 词 of `template` (tune,
+    index in `data.verse.tunes`) keeps the 词林正韵 class at every rhyme position, two at least."""
+    if template is None:
+        return bool(poem_rhyme_groups(text, script))
+    kept, positions = rhyme_kept(text, tune_table()[template[0]][template[1]])
+    return positions >= 2 and kept == positions
+
+
+def _poems(tokens: np.ndarray, tokenizer: Tokenizer) -> list[tuple[int, str, tuple[str, int] | None]]:
+    """(offset of its `<bos>`, text, template) of every poem in a token array (plan tokens have no
+    text): template, the (tune, index) its tune token names; None for a 诗 or a 词 planned `<其他>`."""
+    plan = plan_ids(tokenizer)
+    templates = plan.templates if plan else {}
+    out = []
+    for s, e in zip(*poem_bounds(tokens, tokenizer.bos_id)):
+        ids = np.asarray(tokens[s:e]).tolist()
+        out.append((int(s), tokenizer.decode(ids), next((templates[i] for i in ids if i in templates), None)))
+    return out
 
 
 class AnnealSampler(DistributedSampler):

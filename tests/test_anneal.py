@@ -117,3 +117,24 @@ def test_the_datamodule_anneals_the_runs_last_steps_on_rhymed_poems(tiny_corpus,
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"data.anneal_fraction=.* is not in \[0, 1\)"):
             PoetryDataModule("x.jsonl.xz", "cache", anneal_fraction=bad)
+
+
+def test_a_ci_planned_by_its_tune_anneals_when_every_rhyme_position_keeps_its_class():
+    """A 浣溪沙 after 苏轼's (啼 → 题, which the rhyme table has) rhymes 溪 泥 题 西 鸡 (第三部平) at its
+    template's five positions, though its even lines (泥 少 鸡) share no level-tone group: with tune
+    tokens it anneals, with 泥 → 天 (第七部) it does not; without tune tokens the 诗's rule leaves it out."""
+    from data.verse.plan import plan_labels, poem_ids
+
+    huanxisha = "山下兰芽短浸溪。松间沙路净无泥。萧萧暮雨子规题。谁道人生无再少，门前流水尚能西。休将白发唱黄鸡。"
+    poems = [RHYMED, huanxisha, UNRHYMED, huanxisha.replace("泥", "天"), RHYMED]
+    for tunes in (True, False):
+        tok = CharTokenizer.from_texts(poems, plan=plan_labels(tunes=tunes))
+        ci = {"form": "ci", "tune": "浣溪沙"}
+        ids = [poem_ids(tok, p, "simplified", **(ci if p.count("。") == 5 else {})) for p in poems]
+        tokens = np.array(sum(ids, []), dtype=np.uint16)
+        window_starts = np.cumsum([0, *map(len, ids)])[:-1]
+        annealed = sorted(annealing_windows(window_starts, tokens, tok, "simplified").tolist())
+        if tunes:  # 3 rhymed of 5 poem starts: the 五绝 3/5 of them (both), the 浣溪沙 2/5 (the rhymed one)
+            assert annealed == [0, 1, 4]
+        else:  # 2 rhymed (the 五绝), the 五绝's share 3/5 of them: one; no 词 (form `other`) rhymes
+            assert len(annealed) == 1 and annealed[0] in (0, 4)
