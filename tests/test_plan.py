@@ -262,8 +262,10 @@ def test_control_errors_are_one_line_and_early(lit):
         sample_poems(plain.engine, SamplingOptions(control="both"))
     with pytest.raises(ValueError, match="control='firm' is not one of hard, soft, both"):
         sample_poems(lit.engine, SamplingOptions(control="firm"))
-    with pytest.raises(ValueError, match="acrostic and meter are masks"):
+    with pytest.raises(ValueError, match="^meter is a mask, not a plan token: use control=hard"):  # names what was given
         sample_poems(lit.engine, SamplingOptions(form="wujue", meter=True, control="soft"))
+    with pytest.raises(ValueError, match="^acrostic and meter are masks"):
+        sample_poems(lit.engine, SamplingOptions(form="wujue", acrostic="春夏秋冬", meter=True, control="soft"))
     with pytest.raises(ValueError, match="unknown form 'sonnet'"):
         sample_poems(lit.engine, SamplingOptions(form="sonnet", control="soft"))
     with pytest.raises(ValueError, match="needs up to 67"):  # 七律: 64 tokens, <eos>, two plan tokens to draw

@@ -154,7 +154,9 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     ids = plan_ids(tok)
     control = resolve_control(opts.control, ids is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
-        raise ValueError("acrostic and meter are masks, not plan tokens: use control=hard or control=both")
+        given = " and ".join(name for name, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on)
+        what = "are masks, not plan tokens" if " and " in given else "is a mask, not a plan token"
+        raise ValueError(f"{given} {what}: use control=hard or control=both")
     if opts.tune and opts.form not in (None, CI):
         raise ValueError(f"tune={opts.tune} writes a 词 (form=ci), not a {opts.form}: leave form= out or set form=ci")
     form = CI if opts.tune else opts.form
