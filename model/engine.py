@@ -145,7 +145,8 @@ class Engine:
         use_cache (default) each step feeds only the new token to the model's KV cache (`model.kv_cache.Cache`),
         which reuses the keys and values of the earlier ones and refills itself when full.
         Without it every step runs the whole text again in a fresh cache.
-        Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints) → draw.
+        Each step: processors (each `(idx so far, logits) → logits`, e.g. constraints; the (B, V)
+        logits a processor gets are that step's alone, so it may write into them) → draw.
         Stops once every row has produced eos_id; a row that ended gets eos_id.
         attention_rows: fill `Step.attention_rows` (computed explicitly, whatever the backend).
         raises ValueError for non-finite logits from the model; `draw` raises for what it refuses.

@@ -138,7 +138,8 @@ class TuneConstraint:
         self.class_of_id = {i: c for c, i in self.plan.ci_rhymes.items()} if self.plan else {}
         self.rows: list[_TuneRow] = []
         self.consumed = 0
-        self._masks: dict[tuple, torch.Tensor] = {}
+        self._masks: dict[tuple, torch.Tensor] = {}  # state → (V,) bool, the tokens banned there
+        self._buffer: torch.Tensor | None = None  # (B, V) bool: each call's banned tokens
         self._class_unions: dict[frozenset, torch.Tensor] = {}
         self.prompt = prompt
         self.row_keywords = [tuple(w for w in row if w not in prompt) for row in keywords]
@@ -318,11 +319,11 @@ class TuneConstraint:
             if segments and cls in self.open[segments[0]] and row.classes[i][0] is None:
                 row.classes[i] = (frozenset({cls}), *row.classes[i][1:])
 
-    def _allowed(self, row: _TuneRow) -> tuple[torch.Tensor, list[int]]:
-        """((V,) bool, the tokens one of the row's templates allows next (shared: do not modify);
+    def _banned(self, row: _TuneRow) -> tuple[torch.Tensor, list[int]]:
+        """((V,) bool, the tokens none of the row's templates allows next (shared: do not modify);
         the ids of the characters the row has rhymed with, where a rhyme is due here ([]: none)).
         Masks are kept per state (position, templates, the classes of the rhyme due here);
-        `__call__` takes the rhymed characters out while others are left."""
+        `__call__` bans the rhymed characters too while others are left."""
         if row.ended:
             key = ("ended",)
         else:
@@ -330,10 +331,10 @@ class TuneConstraint:
                         if (s := self.templates[i].rhyme_at.get(row.k)) is not None) if self.rhyme else ()
             key = (row.k, row.marked, row.live, due, row.kw and self.kw.key(row.kw, row.k, row.live))
         if key not in self._masks:
-            self._masks[key] = self._mask_of(row)
-        mask = self._masks[key]
+            self._masks[key] = ~self._mask_of(row)
+        banned = self._masks[key]
         used = [self.tok.stoi[c] for c in row.used] if not row.ended and row.used and key[3] else []
-        return (mask | self.plan_tokens[row.tune] if row.plan_left else mask), used
+        return (banned & ~self.plan_tokens[row.tune] if row.plan_left else banned), used
 
     def _rhymes(self, classes: frozenset) -> torch.Tensor:
         """(V,) bool: the characters of any of these 词林正韵 classes."""
@@ -372,7 +373,8 @@ class TuneConstraint:
         return allowed
 
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """idx: (B, T) int64, the sequence so far; logits: (B, V) → logits with forbidden tokens -inf."""
+        """idx: (B, T) int64, the sequence so far; logits: (B, V) float, written into (in place: the
+        engine hands each step's own) → the same logits, forbidden tokens -inf."""
         if not self.rows:
             tunes = self.row_tunes * idx.size(0) if len(self.row_tunes) == 1 else self.row_tunes
             words = self.row_keywords * len(tunes) if len(self.row_keywords) == 1 else self.row_keywords
@@ -390,10 +392,14 @@ class TuneConstraint:
                 if reason := self._advance(row, self.tok.itos[i]):
                     raise ValueError(f"a generated token broke the tune: {reason}")  # a bug if seen
         self.consumed = idx.size(1)
-        masks, used = zip(*map(self._allowed, self.rows))
-        allowed = torch.stack(masks)  # (B, V)
+        masks, used = zip(*map(self._banned, self.rows))
+        if self._buffer is None or self._buffer.size(0) != len(masks):
+            self._buffer = torch.empty(len(masks), self.tok.vocab_size, dtype=torch.bool)
+        banned = torch.stack(masks, out=self._buffer)  # (B, V), written into one buffer for every step
         if rows := [b for b, ids in enumerate(used) for _ in ids]:  # one pass for every row's rhymed characters
-            fresh = allowed.clone()
-            fresh[rows, [i for ids in used for i in ids]] = False
-            allowed = torch.where(fresh.any(1, keepdim=True), fresh, allowed)  # repeat a rhyme only if nothing is left
-        return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+            at = {b: j for j, b in enumerate(dict.fromkeys(rows))}  # the rows where a rhyme is due
+            fresh = banned[list(at)]  # (k, V): theirs
+            fresh[[at[b] for b in rows], [i for ids in used for i in ids]] = True
+            left = ~fresh.all(1)  # (k,): repeat a rhyme only if nothing else is left
+            banned[[b for b, ok in zip(at, left.tolist()) if ok]] = fresh[left]
+        return logits.masked_fill_(banned.to(logits.device), float("-inf"))
