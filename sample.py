@@ -28,7 +28,7 @@ from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
-from model.sampling.poems import SamplingOptions, poem_text, read_plans, row_tunes, stream_poems
+from model.sampling.poems import CI, SamplingOptions, poem_text, read_plans, resolve_control, row_tunes, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -91,6 +91,7 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     plans = read_plans(tok, rows)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
+    chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None)}  # in force
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":

@@ -207,8 +207,9 @@ def test_a_model_with_tune_tokens_is_evaluated_without_masks_by_its_tune_tokens(
 
 
 def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
-    """format=jsonl: the tune each 词 was written to, and a tune model's plan names it; text: a
-    blank line between the 上阕 and the 下阕 of a 词 that has its tune's shape."""
+    """format=jsonl: the tune each 词 was written to, a tune model's plan names it, and the form and
+    control in force; text: a blank line between the 上阕 and the 下阕 of a 词 that has its tune's
+    shape."""
     import json
 
     from hydra import compose, initialize_config_dir
@@ -228,6 +229,7 @@ def test_sample_py_records_each_cis_tune_and_prints_its_stanzas(tmp_path):
     sample(cfg, out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["tune"] for r in records] == draw_tunes(3, 7) == [r["plan"]["tune"] for r in records]
+    assert {(r["form"], r["control"]) for r in records} == {("ci", "both")}  # in force: control=null on a plan model
     cfg.format, out = "text", io.StringIO()
     poems = sample(cfg, out)
     blocks = out.getvalue().strip().split("\n\n")
