@@ -28,6 +28,7 @@ from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
+from model.sampling.keywords import keyword_rows
 from model.sampling.poems import CI, SamplingOptions, poem_text, read_plans, resolve_control, row_tunes, stream_poems
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -92,12 +93,15 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
     chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None)}  # in force
+    keywords = keyword_rows(chosen["keywords"], len(poems))  # as cleaned: one tuple for every poem, or one each
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
             tune = {"tune": ci_tunes[i]} if ci_tunes else {}
-            print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune}, ensure_ascii=False), file=out)
+            kept = {"keywords": list(keywords[i % len(keywords)])}
+            print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune, **kept}, ensure_ascii=False),
+                  file=out)
         elif not live:
             parts = stanzas(poem, ci_tunes[i]) if ci_tunes else [poem]  # a 词: a blank line between 上阕 and 下阕
             heading = f"{ci_tunes[i]}\n" if ci_tunes else ""  # and its tune above it

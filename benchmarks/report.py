@@ -150,6 +150,10 @@ def attention(res: dict, device: str = "cpu") -> str:
     return "\n\n".join([machine_line(f"attention-{device}", machine_of(a)), attention_tables(a)])
 
 
+TURNS = ("each tokens/s is over its median time, the ratio the median of the turns' own ratios, each turn timing "
+         "the two back to back, so it need not be the quotient of the two columns")
+
+
 def sampling(res: dict, device: str = "cpu") -> str:
     s = res[f"sampling-{device}"]
     keywords = [[f"`{r['set']}`", n(r["batch"]), n(r["tokens_per_sec"]), n(r["keywords_tokens_per_sec"]),
@@ -160,10 +164,10 @@ def sampling(res: dict, device: str = "cpu") -> str:
                                              "ratio"],
                  [[f"`{r['model']}`", n(r["batch"]), n(r["new_tokens"]), n(r["no_cache_tokens_per_sec"]),
                    n(r["cache_tokens_per_sec"]), f"{r['ratio']:.1f}×"] for r in s["rows"]],
-                 *([f"With `keywords=[{','.join(s['keywords'])}]` (`tiny`, KV cache, alternated):",
+                 *([f"With `keywords=[{','.join(s['keywords'])}]` (`tiny`, KV cache, alternated; {TURNS}):",
                     table(["set", "batch", "tokens/s", "+ keywords, tokens/s", "ratio"], keywords)] if keywords else []),
                  *([f"To a tune with every mask (`tune=… {s['tune_rows'][0].get('masks', 'rhyme=true meter=true')}`) "
-                    "against free sampling of as many tokens (`tiny`, KV cache, alternated):",
+                    f"against free sampling of as many tokens (`tiny`, KV cache, alternated; {TURNS}):",
                     table(["tune", "batch", "tokens", "free, tokens/s", "tune, tokens/s", "ratio"], tunes)]
                    if tunes else []))
 

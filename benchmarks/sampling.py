@@ -88,7 +88,8 @@ def alternated_rates(engine: Engine, opts: dict, steps: dict, batch: int, repeat
     """Tokens per second (batch × steps ÷ median seconds) of each of `opts` (key → SamplingOptions,
     warmed up; `steps`: the steps each takes), the options timed in turn `repeats` times; under
     "ratio", the median over the turns of the last option's rate ÷ the first's, each turn's pair
-    timed back to back (so a machine that slows down over the run does not tip the ratio)."""
+    timed back to back (so a machine that slows down over the run does not tip the ratio); under
+    "turn_seconds", each turn's [first, last] seconds."""
     times = {key: [] for key in opts}
     for _ in range(repeats):
         for key, o in opts.items():
@@ -98,7 +99,7 @@ def alternated_rates(engine: Engine, opts: dict, steps: dict, batch: int, repeat
     first, last = list(opts)[0], list(opts)[-1]
     pairs = [steps[last] * a / (steps[first] * b) for a, b in zip(times[first], times[last])]
     return {**{key: batch * steps[key] / statistics.median(times[key]) for key in opts},
-            "ratio": statistics.median(pairs)}
+            "ratio": statistics.median(pairs), "turn_seconds": [[a, b] for a, b in zip(times[first], times[last])]}
 
 
 def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
@@ -113,7 +114,8 @@ def keyword_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict
             steps = {kw: sample_steps(engine, o) for kw, o in opts.items()}  # warm-up, and the steps taken
             rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"set": name, "batch": batch, "tokens_per_sec": rate[False],
-                         "keywords_tokens_per_sec": rate[True], "ratio": rate["ratio"]})
+                         "keywords_tokens_per_sec": rate[True], "ratio": rate["ratio"],
+                         "turn_seconds": rate["turn_seconds"]})
             print(f"{name:15} {batch:5d} {rate[False]:9.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×", flush=True)
     return rows
 
@@ -133,7 +135,8 @@ def tune_costs(engine: Engine, batches: list[int], repeats: int) -> list[dict]:
             rate = alternated_rates(engine, opts, steps, batch, repeats)
             rows.append({"tune": tune, "masks": f"rhyme=true meter=true keywords=[{','.join(KEYWORDS)}]",
                          "batch": batch, "tokens": n, "free_tokens_per_sec": rate[False],
-                         "tune_tokens_per_sec": rate[True], "ratio": rate["ratio"]})
+                         "tune_tokens_per_sec": rate[True], "ratio": rate["ratio"],
+                         "turn_seconds": rate["turn_seconds"]})
             print(f"{tune:15} {batch:5d} {n:6d} {rate[False]:10.0f} {rate[True]:10.0f} {rows[-1]['ratio']:5.2f}×",
                   flush=True)
     return rows

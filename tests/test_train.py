@@ -158,6 +158,12 @@ def test_sample_script_writes_jsonl_with_the_settings(trained):
     sample_script.sample(cfg, out)
     assert json.loads(out.getvalue())["ckpt_path"].endswith("test/last.ckpt")  # the one used, not null
     assert all(form_of(p) == "wujue" for p in poems)  # 25 tokens > block_size 16: the cache is re-filled
+    out = io.StringIO()  # the keywords as cleaned, a list, whatever was typed
+    poems = sample_script.sample(sample_cfg(trained, form="wujue", num_samples=2, format="jsonl",
+                                            keywords="明月，明月"), out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["keywords"] for r in records] == [["明月"], ["明月"]] and all("明月" in p for p in poems)
+    assert [r["control"] for r in records] == ["both", "both"]  # in force (control=null): a plan model's default
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's message")
