@@ -99,13 +99,15 @@ def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
     return PoemBoundaries(closers, marks, after_mark, tok.bos_id, tok.eos_id)
 
 
-def plan_grammar(tok: Tokenizer, real_rhymes: bool) -> PlanGrammar:
+def plan_grammar(tok: Tokenizer, real_rhymes: bool, ci: bool = False) -> PlanGrammar:
     """The `PlanGrammar` of a tokenizer with plan tokens; real_rhymes: the rhyme slot takes a
-    level-tone group only, not `<无韵>` or a 词林正韵 class (soft `rhyme` of a 诗)."""
+    level-tone group only, not `<无韵>` or a 词林正韵 class (soft `rhyme` of a 诗), or with `ci` a
+    词林正韵 class only (soft `rhyme` of a 词, on a model with tune tokens)."""
     ids, V = plan_ids(tok), tok.vocab_size
     forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
     forms[ids.firsts] = True
-    rhymes[list(ids.rhymes.values()) + ([] if real_rhymes else [ids.none, *ids.ci_rhymes.values()])] = True
+    real = list(ids.ci_rhymes.values() if ci else ids.rhymes.values())
+    rhymes[real if real_rhymes else [*ids.rhymes.values(), ids.none, *ids.ci_rhymes.values()]] = True
     plan[ids.all] = True
     return PlanGrammar(forms, rhymes, plan, tok.bos_id)
 
@@ -188,8 +190,9 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     else:
         plans = [[ids.forms[form]]] * opts.num_samples
     to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
-    grammar = plan_grammar(tok, real_rhymes=control != "hard" and (opts.rhyme or opts.meter) and form != CI) \
-        if ids else None
+    real_rhymes = control != "hard" and (opts.rhyme if form == CI else opts.rhyme or opts.meter) and \
+        (form != CI or bool(ids and ids.ci_rhymes))  # a 词's: a 词林正韵 class, on a model with tune tokens
+    grammar = plan_grammar(tok, real_rhymes, ci=form == CI) if ids else None
     if grammar:
         processors.append(grammar)
     if constraint is not None:

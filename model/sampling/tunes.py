@@ -21,7 +21,9 @@ Plan tokens (a model trained with them, the default): a row's plan slots take th
 its tune's templates (a model trained with tune tokens, `experiment=ci`: `plans` draws one by the
 templates' shares) or else `<其他>`, the form token of every poem that is not one of the four
 forms, then a rhyme token, as in `model.sampling.constraints`; on a model with tune tokens also a
-词林正韵 class (`<7部平>`), in which `rhyme` then rhymes the first segment.
+词林正韵 class (`<7部平>`), in which `rhyme` then rhymes the first segment: with `rhyme` such a
+model's rhyme slot takes only a class of the first segment's tone that the vocabulary can rhyme it
+in, so the plan names the class the 词 rhymes in first.
 """
 from __future__ import annotations
 
@@ -132,9 +134,12 @@ class TuneConstraint:
         self.plan = plan_ids(tokenizer)
         self.plan_tokens: dict[str, torch.Tensor] = {}  # tune → (V,) bool: the plan tokens its rows may take
         for name in self.of_tune if self.plan else ():
+            rhymes = [*self.plan.rhymes.values(), self.plan.none, *self.plan.ci_rhymes.values()]
+            if rhyme and self.plan.ci_rhymes:  # the classes `rhyme` can keep in the tune's first segment
+                tones = {self.templates[i].variant.segments[0] for i in self.of_tune[name]}
+                rhymes = [i for c, i in self.plan.ci_rhymes.items() if any(c in self.open[t] for t in tones)]
             self.plan_tokens[name] = torch.zeros(V, dtype=torch.bool)
-            self.plan_tokens[name][[*(self._tokens(name) or [self.plan.forms["other"]]), *self.plan.rhymes.values(),
-                                    self.plan.none, *self.plan.ci_rhymes.values()]] = True
+            self.plan_tokens[name][[*(self._tokens(name) or [self.plan.forms["other"]]), *rhymes]] = True
         self.class_of_id = {i: c for c, i in self.plan.ci_rhymes.items()} if self.plan else {}
         self.rows: list[_TuneRow] = []
         self.consumed = 0
