@@ -125,10 +125,13 @@ def list_poets(engine, out) -> list[str]:
 
 def list_tunes(out) -> list[str]:
     """Print the tunes `tune=` takes, under a header, one per line: its templates and its commonest
-    shape (docs/tunes.md has them all), commonest tune first; returns their names."""
+    shape, `|` at the stanza break (docs/tunes.md has them all), commonest tune first; returns their names."""
     print("tune\ttemplates\tcommonest shape", file=out)
     for name, variants in tunes().items():
-        print(f"{name}\t{len(variants)}\t{variants[0].shape}", file=out)
+        lines = [f"{n}{mark}" for n, mark in variants[0].lines]
+        if variants[0].stanza is not None:  # the stanza break, as docs/tunes.md marks it
+            lines.insert(variants[0].stanza, " | ")
+        print(f"{name}\t{len(variants)}\t{''.join(lines)}", file=out)
     return list(tunes())
 
 

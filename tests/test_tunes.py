@@ -119,7 +119,7 @@ def test_sample_py_lists_the_tunes_without_a_checkpoint():
     names = sample(cfg, out)
     assert names == list(tunes()) and len(names) == 49
     lines = out.getvalue().splitlines()
-    assert lines[:2] == ["tune\ttemplates\tcommonest shape", "浣溪沙\t1\t7。7。7。7，7。7。"]
+    assert lines[:2] == ["tune\ttemplates\tcommonest shape", "浣溪沙\t1\t7。7。7。 | 7，7。7。"]
 
 
 def test_ci_figures_of_held_out_ci_and_of_a_line_cut_short():
@@ -358,4 +358,4 @@ def test_tunes_list_has_a_header_then_a_tune_a_line_commonest_first():
     names = list_tunes(out)
     lines = out.getvalue().splitlines()
     assert lines[0] == "tune\ttemplates\tcommonest shape" and len(lines) == len(names) + 1 == 50
-    assert lines[1].split("\t") == ["浣溪沙", str(len(tunes()["浣溪沙"])), "7。7。7。7，7。7。"]
+    assert lines[1].split("\t") == ["浣溪沙", str(len(tunes()["浣溪沙"])), "7。7。7。 | 7，7。7。"]
