@@ -128,10 +128,7 @@ def list_tunes(out) -> list[str]:
     shape, `|` at the stanza break (docs/tunes.md has them all), commonest tune first; returns their names."""
     print("tune\ttemplates\tcommonest shape", file=out)
     for name, variants in tunes().items():
-        lines = [f"{n}{mark}" for n, mark in variants[0].lines]
-        if variants[0].stanza is not None:  # the stanza break, as docs/tunes.md marks it
-            lines.insert(variants[0].stanza, " | ")
-        print(f"{name}\t{len(variants)}\t{''.join(lines)}", file=out)
+        print(f"{name}\t{len(variants)}\t{variants[0].layout()}", file=out)
     return list(tunes())
 
 

@@ -35,22 +35,14 @@ def check(poems: list[dict], templates: dict[str, tuple[Variant, ...]]) -> dict[
                    for split, (n, m, _, rk, rt, tk, tt) in splits.items()} for tune, splits in tally.items()}
 
 
-def _stanzas(v: Variant) -> str:
-    """The commonest template's shape with `|` at the stanza break and rhyming lines underlined."""
-    parts = [f"{n}{mark}" if v.rhymes[i] is None else f"<u>{n}</u>{mark}" for i, (n, mark) in enumerate(v.lines)]
-    if v.stanza is not None:
-        parts.insert(v.stanza, " \\| ")
-    return "".join(parts)
-
-
 def page(templates: dict[str, tuple[Variant, ...]], checks: dict[str, dict]) -> str:
     """docs/tunes.md."""
     rows = []
     for tune, variants in templates.items():
         c, v = checks[tune], variants[0]
-        fixed = "".join(v.tones)
+        fixed, shape = "".join(v.tones), v.layout("<u>{}</u>", " \\| ")  # rhyming lines underlined
         rows.append(f"| {tune} | {c['train']['n']} / {c.get('val', {}).get('n', 0)} | {len(variants)} | "
-                    f"{_stanzas(v)} | {''.join(v.segments)} | {1 - fixed.count(EITHER) / len(fixed):.0%} | "
+                    f"{shape} | {''.join(v.segments)} | {1 - fixed.count(EITHER) / len(fixed):.0%} | "
                     f"{c['train']['match']:.1%} | {c['val']['match']:.1%} | {c['val']['rhyme']:.1%} | "
                     f"{c['val']['tones']:.1%} |" if "val" in c else "")
     return "\n".join([

@@ -83,6 +83,14 @@ class Variant:
         """[(line length, closing mark)]."""
         return parse_shape(self.shape)
 
+    def layout(self, rhyming: str = "{}", stanza_break: str = " | ") -> str:
+        """The shape with `stanza_break` before the 下阕 and each rhyming line's length written
+        through `rhyming` (a format string): `layout()` of 浣溪沙 = "7。7。7。 | 7，7。7。"."""
+        parts = [f"{n if self.rhymes[i] is None else rhyming.format(n)}{mark}" for i, (n, mark) in enumerate(self.lines)]
+        if self.stanza is not None:
+            parts.insert(self.stanza, stanza_break)
+        return "".join(parts)
+
 
 def _body(text: str) -> str:
     return "".join(c for c in text if c not in CI_LINE_END)
