@@ -257,10 +257,13 @@ def per_device(show):
 def conditions(res: dict) -> str:
     c = res["conditions-cpu"]
     rel, kw, p, pr = c["relevance"], c["keyword_hints"], c["poet"], c["probe_with_title"]
-    rows = [[f"`{k}`", n(r["untitled_bpc"], 4), n(r["titled_bpc"], 4), f"{r['difference']:+.4f}",
-             f"{r['interval_95'][0]:+.4f} to {r['interval_95'][1]:+.4f}"] for k, r in c["title_bpc"].items()]
+    rows = [[f"`{k}`{label}", n(d["untitled_bpc"], 4), n(d["titled_bpc"], 4), f"{d['difference']:+.4f}",
+             f"{d['interval_95'][0]:+.4f} to {d['interval_95'][1]:+.4f}"]
+            for k, r in c["title_bpc"].items()
+            for label, d in ((f", all {n(r['poems'])}", r), (f", the {n(r['titled_poems'])} given one", r["titled_only"]))]
     return block(
-        res, "conditions-cpu", ["protocol", "val/bpc, no title", "given the true title", "difference", "95 % interval"],
+        res, "conditions-cpu", ["protocol, held-out poems", "val/bpc, no title", "given the true title", "difference",
+                                "95 % interval"],
         rows, f"Relevance to the title (TF-IDF character cosine, {rel['titles']} held-out titles): poems sampled for it "
         f"{rel['given']:.3f}; the same poems against another title {rel['chance_other_title']:.3f} (chance); untitled "
         f"poems {rel['untitled_samples']:.3f}; the real poems {rel['real_poems']:.3f} (ceiling).",

@@ -6,7 +6,8 @@ build the vocabulary (characters, or the corpus's tokens of a tiktoken encoding)
 `train.bin` / `val.bin` (ids as uint16, or uint32 for vocabularies over 65,536; each poem
 framed as `<bos> text <eos>`, or with `plan_tokens` as `<bos> <form> <rhyme> text <eos>`
 (`data/verse/plan.py`), poems in corpus order; with `conditions` a training poem's condition
-segment goes after `<bos>`, and `val_titled.bin` holds the held-out poems with their titles)
+segment goes after `<bos>`, and `val_titled.bin` holds the held-out poems with their titles,
+each where the poem still fits its window with it, as training gives one: `data.conditions.fitted`)
 plus `tokenizer.json` and `meta.json`.
 Training and validation read those files memory-mapped.
 """
@@ -37,7 +38,7 @@ from data.anneal import AnnealSampler, annealing_windows
 from data.conditions import check_shares, draw_conditions, fitted, poets, segment_positions
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
-from data.verse.plan import clean_title, plan_ids, plan_labels, poem_ids, segment_ids
+from data.verse.plan import clean_title, plan_ids, plan_labels, poem_ids
 from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
 
@@ -47,7 +48,7 @@ CI_CORPUS = "ci.jsonl.xz"
 SIMPLIFIED_CORPORA = (CI_CORPUS,)
 """Corpora published in simplified script (the others are traditional, converted with OpenCC)."""
 
-CACHE_VERSION = 3  # bump when the prepared format changes (3: a BPE tokenizer records its corpus characters)
+CACHE_VERSION = 4  # bump when the prepared format changes (4: val_titled gives a title only where the poem fits)
 TOKENIZER_KINDS = ("char", "tiktoken")
 
 
@@ -223,8 +224,9 @@ class PoetryDataModule(L.LightningDataModule):
                     drawn = draw_conditions(split_texts, *zip(*[n for _, _, *n in split_poems]), self.conditions, listed)
                     segments = [fitted(tok, d, self.block_size + 1 - len(i)) for d, i in zip(drawn, ids)]
                     ids = [[i[0], *g, *i[1:]] for i, g in zip(ids, segments)]
-                elif split == "val_titled":
-                    ids = [[i[0], *segment_ids(tok, title=clean_title(title)), *i[1:]]
+                elif split == "val_titled":  # a title as training gives it: only where the poem still fits
+                    ids = [[i[0], *fitted(tok, {"title": clean_title(title), "poet": "", "keywords": []},
+                                          self.block_size + 1 - len(i)), *i[1:]]
                            for i, (_, _, title, _) in zip(ids, split_poems)]
                 arr = np.fromiter((i for poem in ids for i in poem), dtype=dtype)
                 arr.tofile(tmp / f"{split}.bin")

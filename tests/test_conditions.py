@@ -120,8 +120,11 @@ def test_prepared_arrays_hold_segments_in_training_only(tmp_path):
     assert dm.meta["val_titled"]["characters"] == dm.meta["val"]["characters"]
     assert dm.meta["poets"] == {} and dm.conditions_record()["shares"]["title"] == 1.0  # 李白: 32 poems, < 100
     assert (dm.tokens("train") == ids.segments["poet"]).sum() == 0
-    titled = dm.tokens("val_titled")
-    assert (titled == ids.segments["title"]).sum() == dm.meta["val"]["poems"]
+    titled = dm.tokens("val_titled")  # a title only where the poem fits 33 tokens with it, as in training:
+    # each 五绝 (28 tokens, a title of at most 5) and no 七绝 (36 tokens: longer than a window already)
+    assert (titled == ids.segments["title"]).sum() == dm.meta["val"]["poems"] * 5 // 6 == 20
+    qijue = poem_ids(dm.tokenizer, POEMS[5], "traditional", "qijue")
+    assert np.array_equal(np.split(titled, np.flatnonzero(titled == 0)[1:])[5], qijue)
 
 
 def test_a_title_and_a_poet_go_before_the_plan_and_never_into_the_poem(engine):
