@@ -86,8 +86,8 @@ def title_value(engine, samples: int = 2000, seed: int = 0) -> dict:
         arrays = {name: dm.tokens(name) for name in ("val", "val_titled")}
         (n0, c0), (n1, c1) = (per_poem_nats(engine, a, dm.unscored(a), protocol) for a in arrays.values())
         same = c0 == c1  # `blocks` leaves the arrays' tails (shorter than a window) unscored: the last poem differs
-        titled = np.diff(np.flatnonzero(arrays["val_titled"] == 0)) != np.diff(np.flatnonzero(arrays["val"] == 0))
-        titled = np.append(titled, False) & same  # the poems given a title: those that fit their window with it
+        lengths = [np.diff(np.append(np.flatnonzero(a == 0), len(a))) for a in arrays.values()]  # per poem
+        titled = (lengths[0] != lengths[1]) & same  # the poems given a title: those that fit their window with it
         out[protocol] = {**difference(n0[same], n1[same], c0[same], samples, seed),
                          "poems": int(same.sum()), "poems_left_out": int((~same).sum()),
                          "titled_poems": int(titled.sum()),

@@ -260,7 +260,8 @@ def conditions(res: dict) -> str:
     rows = [[f"`{k}`{label}", n(d["untitled_bpc"], 4), n(d["titled_bpc"], 4), f"{d['difference']:+.4f}",
              f"{d['interval_95'][0]:+.4f} to {d['interval_95'][1]:+.4f}"]
             for k, r in c["title_bpc"].items()
-            for label, d in ((f", all {n(r['poems'])}", r), (f", the {n(r['titled_poems'])} given one", r["titled_only"]))]
+            for label, d in [(f", all {n(r['poems'])}", r)]
+            + ([(f", the {n(r['titled_poems'])} given one", r["titled_only"])] if "titled_only" in r else [])]
     return block(
         res, "conditions-cpu", ["protocol, held-out poems", "val/bpc, no title", "given the true title", "difference",
                                 "95 % interval"],
