@@ -8,7 +8,9 @@ seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H
 format. The same seed and options give the same poems. A model trained with plan tokens draws
 each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
 (`plan`: form and rhyme group, null for none; a model with tune tokens: the tune), and the title,
-poet and keyword hints it was written to (`conditions`). A 词 records its tune (`tune`); as text
+poet and keyword hints it was written to (`conditions`); a title without keywords plans the words
+the poem is written around (`title_plan`, `model.sampling.title_plan`), recorded as
+`title_plan_words` (and as `keywords`, in the model's script). A 词 records its tune (`tune`); as text
 it is printed under its tune's name, with a blank line between its stanzas (上阕, 下阕).
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ from model.loading import load_engine
 from model.sampling.conditions import known_poets
 from model.sampling.keywords import keyword_rows
 from model.sampling.poems import CI, SamplingOptions, poem_text, read_plans, resolve_control, row_tunes, stream_poems
+from model.sampling.title_plan import with_plan
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -62,7 +65,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     tok = engine.tokenizer
     if cfg.poets == "list":
         return list_poets(engine, out)
-    start, steps = stream_poems(engine, opts)
+    planned = with_plan(engine, opts)  # a title without keywords: the words it plans, as keywords
+    start, steps = stream_poems(engine, planned)
     ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
@@ -93,13 +97,15 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
     chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None)}  # in force
-    keywords = keyword_rows(chosen["keywords"], len(poems))  # as cleaned: one tuple for every poem, or one each
+    keywords = keyword_rows(planned.keywords, len(poems))  # as cleaned: one tuple for every poem, or one each
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
             tune = {"tune": ci_tunes[i]} if ci_tunes else {}
-            kept = {"keywords": list(keywords[i % len(keywords)])}
+            kept = {"keywords": [engine.to_model_text(w, "keywords") for w in keywords[i % len(keywords)]]}
+            if planned is not opts:  # the title's plan: the words it chose, forced or as hints
+                kept["title_plan_words"] = kept["keywords"]
             print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune, **kept}, ensure_ascii=False),
                   file=out)
         elif not live:

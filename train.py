@@ -30,6 +30,7 @@ from model.training.checkpoints import (
     check_same_workers,
     load_checkpoint,
 )
+from model.training.finetune import Base, finetune_record, follow_base
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted, collective_failure
 from model.training.lit import LitGPT, model_settings
 from model.training.progress import StepProgressBar
@@ -63,16 +64,22 @@ def train(cfg: DictConfig) -> dict[str, float]:
     (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
     L.seed_everything(cfg.seed, workers=True)
+    ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
+    saved = load_checkpoint(ckpt_path) if ckpt_path else {}
+    base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir) if cfg.get("init_from") else \
+        Base.of(ckpt_path, saved) if saved.get("finetuned") else None  # resuming a fine-tuned run: its vocabulary
+    if base is None and str(cfg.get("run_tag", "")).startswith("-ft-"):
+        raise ValueError("experiment=finetune needs init_from=<a checkpoint or run folder> (the model to fine-tune)")
+    if base is not None:
+        follow_base(cfg, base)  # its shape, script, plan tokens and conditions: before anything reads them
     model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
     ddp_strategy(cfg.trainer, cfg.collective_timeout)
-    ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     if ckpt_path:
         # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
         warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        saved = load_checkpoint(ckpt_path)
         log.info(f"resuming from {ckpt_path} (step {saved.get('global_step')})")
         check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)
         check_same_workers(saved, cfg.data.num_workers, ckpt_path)
@@ -89,7 +96,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                                       plugins=[AtomicCheckpointIO((ckpt_path, saved) if ckpt_path else None)])
     check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)
 
-    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule = hydra.utils.instantiate(cfg.data, base_tokenizer=base.tokenizer if base else None)
     datamodule.prepare_data()
     tokenizer = datamodule.tokenizer
     model_cfg = head_for_vocabulary(model_cfg, tokenizer.vocab_size)  # said in the log where it differs
@@ -100,6 +107,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
                    tokenizer=tokenizer.state_dict(), script=cfg.data.script)
     model.corpora = datamodule.corpora_record()  # and which corpora, so evaluate.py rebuilds the same data
     model.conditions = datamodule.conditions_record()  # the condition shares and the poets it knows
+    if base is not None:  # fine-tuned: the base's weights, the poets it knows, a record of both runs' data
+        model.conditions = base.conditions
+        model.finetuned = saved.get("finetuned") or finetune_record(base, cfg, datamodule.meta)
+        if not ckpt_path:
+            load_weights(model, base.ckpt["state_dict"], base.path)
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
         load_weights(model, saved["state_dict"], ckpt_path)
     if cfg.compile:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,17 +46,23 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
 from data.corpus_io import iter_corpus  # noqa: E402
+from data.datamodule import PoetryDataModule  # noqa: E402
 from data.keywords import poem_keywords  # noqa: E402
+from data.verse.meter import poem_lines  # noqa: E402
 from data.verse.plan import clean_title, segment_ids  # noqa: E402
 from data.verse.script import corpus_to_script  # noqa: E402
 from data.windows import IGNORE, PoemWindows, Windows  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
+from model.inspection.poem_metrics import poem_metrics, training_lines  # noqa: E402
 from model.loading import load_engine  # noqa: E402
 from model.sampling.conditions import known_poets  # noqa: E402
 from model.sampling.poems import SamplingOptions, sample_poems  # noqa: E402
+from model.sampling.title_plan import plan_title  # noqa: E402
+from model.training.finetune import finetune_tag  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
+PARTS = ("title", "relevance", "hints", "poet", "probe", "finetune")
 
 
 def per_poem_nats(engine, tokens: np.ndarray, unscored: np.ndarray, protocol: str) -> tuple[np.ndarray, np.ndarray]:
@@ -124,13 +132,18 @@ def cosine(vec, a: list[str], b: list[str]) -> float:
     return float(np.asarray(vec.transform(a).multiply(vec.transform(b)).sum(1)).mean())
 
 
-def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> dict:
-    """Goal 3's figures (module docstring, 2.): ceiling, attributed, chance (shares in [0, 1], averaged over poets)."""
+def poet_classifier(train: list[dict], poets: list[str]):
+    """(vectorizer, classifier) of the poets' training poems (module docstring, 2.)."""
     from sklearn.svm import LinearSVC
-    poets = list(known_poets(engine))
     rows = [p for p in train if p["author"] in poets]
     vec = vectorizer([p["text"] for p in rows])
-    clf = LinearSVC(C=0.5).fit(vec.transform([p["text"] for p in rows]), [p["author"] for p in rows])
+    return vec, LinearSVC(C=0.5).fit(vec.transform([p["text"] for p in rows]), [p["author"] for p in rows])
+
+
+def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> dict:
+    """Goal 3's figures (module docstring, 2.): ceiling, attributed, chance (shares in [0, 1], averaged over poets)."""
+    poets = list(known_poets(engine))
+    vec, clf = poet_classifier(train, poets)
     held = [p for p in val if p["author"] in poets]
     said = clf.predict(vec.transform([p["text"] for p in held]))
     ceiling = np.mean([np.mean([s == q for s, p in zip(said, held) if p["author"] == q]) for q in poets
@@ -148,18 +161,36 @@ def poet_figures(engine, train: list[dict], val: list[dict], per_poet: int) -> d
 
 
 def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
-    """Relevance (module docstring, 3.) of poems sampled for the first n held-out titles: mean cosines in [0, 1]."""
+    """Relevance (module docstring, 3.) of poems sampled for the first n held-out titles: mean cosines in
+    [0, 1], with the title's plan (forced, `title_plan=true`), with the title alone (`title_plan=false`),
+    untitled; the plan's poems also with the planned words' characters left out of them; and the
+    metrics (form, rhyme, distinct-2) of the plan's poems beside the title alone's."""
     vec = vectorizer([p["text"] for p in train] + [clean_title(p["title"]) for p in train])
     titled = [p for p in val if clean_title(p["title"])][:n]
     titles = [clean_title(p["title"]) for p in titled]
-    poems = [sample_poems(engine, SamplingOptions(num_samples=1, title=t, seed=200 + i))[0] for i, t in enumerate(titles)]
+    words = [plan_title(engine, t, None) for t in titles]
+
+    def written(plan) -> list[str]:
+        return [sample_poems(engine, SamplingOptions(num_samples=1, title=t, seed=200 + i, title_plan=plan))[0]
+                for i, t in enumerate(titles)]
+    planned, alone = written(True), written(False)
     untitled = sample_poems(engine, SamplingOptions(num_samples=len(titles), seed=3))
     other = titles[1:] + titles[:1]
-    return {"titles": len(titles), "given": round(cosine(vec, titles, poems), 4),
-            "chance_other_title": round(cosine(vec, other, poems), 4),
+    stripped = ["".join(c for c in p if not any(c in w for w in ws)) for p, ws in zip(planned, words)]
+    lines = training_lines(str(CORPUS), engine.script)
+    metrics = {name: {k: poem_metrics(poems, engine.script, lines)[k] for k in ("regulated", "rhyme_regulated",
+                                                                                "distinct_2")}
+               for name, poems in (("plan", planned), ("title_alone", alone))}
+    return {"titles": len(titles), "planned": sum(map(bool, words)),
+            "plan": round(cosine(vec, titles, planned), 4),
+            "plan_without_its_characters": round(cosine(vec, titles, stripped), 4),
+            "plan_chance_other_title": round(cosine(vec, other, planned), 4),
+            "given": round(cosine(vec, titles, alone), 4),
+            "chance_other_title": round(cosine(vec, other, alone), 4),
             "untitled_samples": round(cosine(vec, titles, untitled), 4),
             "real_poems": round(cosine(vec, titles, [p["text"] for p in titled]), 4),
-            "examples": [{"title": t, "poem": p} for t, p in list(zip(titles, poems))[:5]]}
+            "metrics": metrics,
+            "examples": [{"title": t, "words": w, "poem": p} for t, w, p in list(zip(titles, words, planned))[:5]]}
 
 
 def keyword_hints(engine, val: list[dict], n: int) -> dict:
@@ -174,6 +205,69 @@ def keyword_hints(engine, val: list[dict], n: int) -> dict:
         return {"all": round(float(np.mean([all(w in p for w in k) for p, k in zip(poems, rows)])), 4),
                 "each": round(float(np.mean([w in p for p, k in zip(poems, rows) for w in k])), 4)}
     return {"poems": len(rows), "hints": shares(hinted), "chance": shares(plain)}
+
+
+def runs5(poems: list[str]) -> list[str]:
+    """Every 5-character run inside a line of the poems (marks stripped)."""
+    return [line[i:i + 5] for p in poems for line in poem_lines(p) for i in range(len(line) - 4)]
+
+
+def copy_rate(poems: list[str], reference: set[str]) -> float:
+    """The share of the poems' 5-character runs found in `reference` (a set of runs)."""
+    runs = runs5(poems)
+    return round(sum(r in reference for r in runs) / max(1, len(runs)), 4)
+
+
+def poet_bpc(engine, poet: str) -> float:
+    """`val/bpc` of a model on one poet's held-out poems (`poems` protocol, as the data module of a
+    fine-tuning run on that poet frames them with the model's vocabulary)."""
+    dm = PoetryDataModule(str(CORPUS), str(ROOT / "data" / "cache"), block_size=engine.model.cfg.block_size,
+                          plan_tokens=True, conditions=(engine.conditions or {}).get("shares"), poets=[poet],
+                          base_tokenizer=engine.tokenizer)
+    dm.prepare_data()
+    tokens = dm.tokens("val")
+    nats, chars = per_poem_nats(engine, tokens, dm.unscored(tokens), "poems")
+    return round(float(nats.sum() / chars.sum() / math.log(2)), 4)
+
+
+def finetune_voices(base, train: list[dict], val: list[dict], n_poets: int, n_poems: int, overrides=()) -> dict:
+    """Goal 3 of issue 53 (docs/finetuning.md): the `n_poets` most prolific poets, each fine-tuned from
+    `base` alone by `python train.py experiment=finetune` (a process of its own, timed whole), then
+    `n_poems` free poems of it: the share the classifier attributes to the poet, their copy rate of
+    5-character runs from the poet's training lines beside the poet's own held-out poems' (against the
+    poet's training lines, and against the whole training corpus), the poet's held-out `val/bpc`
+    before and after, free rhyme (`rhyme_regulated`) before and after, and the minutes."""
+    poets = list(known_poets(base))[:n_poets]
+    vec, clf = poet_classifier(train, list(known_poets(base)))
+    corpus_runs = set(runs5([p["text"] for p in train]))
+    lines = training_lines(str(CORPUS), base.script)
+    opts = SamplingOptions(num_samples=n_poems, seed=5)
+    base_rhyme = poem_metrics(sample_poems(base, opts), base.script, lines)["rhyme_regulated"]
+    out = []
+    for poet in poets:
+        tag = finetune_tag([poet], "")
+        run = f"bench-{tag}"
+        shutil.rmtree(ROOT / "checkpoints" / run, ignore_errors=True)
+        shutil.rmtree(ROOT / "logs" / run, ignore_errors=True)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "train.py", "experiment=finetune", f"init_from={base.path}",
+                        f"data.poets=['{poet}']", f"run_name={run}", *overrides], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        minutes = (time.perf_counter() - start) / 60
+        tuned = load_engine(str(ROOT / "checkpoints" / run), str(ROOT / "checkpoints"), "cpu")
+        poems = sample_poems(tuned, opts)
+        own_train = set(runs5([p["text"] for p in train if p["author"] == poet]))
+        own_held = [p["text"] for p in val if p["author"] == poet]
+        out.append({"poet": poet, "minutes": round(minutes, 2),
+                    "attributed": round(float(np.mean(clf.predict(vec.transform(poems)) == poet)), 4),
+                    "copy": copy_rate(poems, own_train), "poet_own_copy": copy_rate(own_held, own_train),
+                    "poet_own_copy_corpus": copy_rate(own_held, corpus_runs),
+                    "val_bpc_before": poet_bpc(base, poet), "val_bpc_after": poet_bpc(tuned, poet),
+                    "rhyme_before": round(base_rhyme, 4),
+                    "rhyme_after": round(poem_metrics(poems, base.script, lines)["rhyme_regulated"], 4),
+                    "examples": poems[:3]})
+        print(json.dumps({k: v for k, v in out[-1].items() if k != "examples"}, ensure_ascii=False), flush=True)
+    return {"poems": n_poems, "overrides": list(overrides), "poets": out}
 
 
 PROBE, PROBE_TITLE = "床前明月光，疑是地上霜。", "静夜思"
@@ -206,28 +300,41 @@ def main(argv=None) -> None:
     p.add_argument("--per-poet", type=int, default=10, help="poems sampled per poet (default: %(default)s)")
     p.add_argument("--titles", type=int, default=200, help="held-out titles sampled for (default: %(default)s)")
     p.add_argument("--keyword-poems", type=int, default=300, help="poems given hints (default: %(default)s)")
+    p.add_argument("--finetune-poets", type=int, default=5, help="most prolific poets fine-tuned (default: %(default)s)")
+    p.add_argument("--finetune-poems", type=int, default=300,
+                   help="poems sampled per fine-tuned poet (default: %(default)s)")
+    p.add_argument("--parts", default="title,relevance,hints,poet,probe,finetune",
+                   help="which figures, comma-separated (default: all)")
+    p.add_argument("--override", action="append", default=[], help="a train.py override for the fine-tuning runs")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="the JSON's folder")
     args = p.parse_args(argv)
     engine = load_engine(args.ckpt, str(ROOT / "checkpoints"), "cpu")
     if not known_poets(engine):
         raise SystemExit(f"{args.ckpt} was trained without conditions (data.conditions)")
     start = time.perf_counter()
-    result = {"machine": machine(), "commit": commit(), "weights_sha": engine.weights_sha,
-              "title_bpc": title_value(engine)}
+    parts = set(args.parts.split(","))
+    out = args.out / "conditions-cpu.json"
+    result = json.loads(out.read_text()) if out.is_file() and parts != set(PARTS) else {}  # other parts kept
+    result |= {"machine": machine(), "commit": commit(), "weights_sha": engine.weights_sha}
     train, val = heldout(engine.script, "train"), heldout(engine.script)
-    result["relevance"] = title_relevance(engine, train, val, args.titles)
-    result["keyword_hints"] = keyword_hints(engine, val, args.keyword_poems)
-    result["poet"] = poet_figures(engine, train, val, args.per_poet)
-    result["probe_with_title"] = {"probe": PROBE, "title": PROBE_TITLE, "layers": probe_with_title(engine)}
+    figures = {"title": ("title_bpc", lambda: title_value(engine)),
+               "relevance": ("relevance", lambda: title_relevance(engine, train, val, args.titles)),
+               "hints": ("keyword_hints", lambda: keyword_hints(engine, val, args.keyword_poems)),
+               "poet": ("poet", lambda: poet_figures(engine, train, val, args.per_poet)),
+               "probe": ("probe_with_title", lambda: {"probe": PROBE, "title": PROBE_TITLE,
+                                                      "layers": probe_with_title(engine)}),
+               "finetune": ("finetune", lambda: finetune_voices(engine, train, val, args.finetune_poets,
+                                                                args.finetune_poems, args.override))}
+    if bad := parts - set(figures):
+        raise SystemExit(f"--parts: unknown {sorted(bad)}; the parts are {', '.join(figures)}")
+    for part in PARTS:
+        if part in parts:
+            key, figure = figures[part]
+            result[key] = figure()
+            print(json.dumps({key: result[key]}, ensure_ascii=False, indent=1), flush=True)
     result["seconds"] = round(time.perf_counter() - start, 1)
-    for protocol, r in result["title_bpc"].items():
-        print(f"{protocol}: val/bpc untitled {r['untitled_bpc']}, titled {r['titled_bpc']}, "
-              f"difference {r['difference']} (95 % {r['interval_95']}); the {r['titled_poems']} poems given one: "
-              f"difference {r['titled_only']['difference']} (95 % {r['titled_only']['interval_95']})")
-    print(json.dumps({k: result[k] for k in ("relevance", "keyword_hints", "poet", "probe_with_title")},
-                     ensure_ascii=False, indent=1))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "conditions-cpu.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    out.write_text(json.dumps(result, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

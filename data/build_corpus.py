@@ -41,15 +41,13 @@ from typing import Iterator
 
 if __package__ in (None, ""):  # run as a script: make `data` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.corpus_io import load_corpus
+from data.corpus_io import load_corpus, split_of  # noqa: F401  (split_of: the rule, re-exported)
 from data.verse.ci import clean_ci, shape_of, tune_name
 from data.verse.poetry import clean_poem, form_of
 from data.verse.script import corpus_to_script
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 FIRST_SUPPLEMENT_FILE = 50000  # poet.tang.50000.json and later: supplements, mostly notes
-VAL_FRACTION = 0.05
-SPLIT_SEED = 1337
 DYNASTIES = ("tang", "song", "ci")
 _DIR = r"(?:^|/)(?:quantangshi|全唐诗)/"  # npm package / repository checkout
 
@@ -69,12 +67,6 @@ def _read_source(source: Path) -> Iterator[tuple[str, bytes]]:
             f"{source} does not exist. Give the tarball from `npm pack chinese-poetry@2.0.1`, "
             "its extracted folder, or a checkout of the chinese-poetry repository."
         )
-
-
-def split_of(poem_id: str, seed: int = SPLIT_SEED, val_fraction: float = VAL_FRACTION) -> str:
-    """'val' for a seeded, hash-chosen `val_fraction` of poem ids, else 'train'."""
-    digest = hashlib.sha1(f"{seed}:{poem_id}".encode()).digest()
-    return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
 
 
 def body_keys(texts: list[str]) -> list[str]:

@@ -1,24 +1,107 @@
-"""Reading the shipped corpus (`data/corpus/tang.jsonl.xz`, written by `data/build_corpus.py`):
-the one place that knows its format, for the data module, the build scripts and the metrics.
-Imports only the verse rules (script conversion), so reading poems needs no torch."""
+"""Reading the shipped corpus (`data/corpus/tang.jsonl.xz`, written by `data/build_corpus.py`)
+and a corpus a user brings (`read_user_corpus`): the one place that knows their formats, for the
+data module, the build scripts and the metrics. Imports only the verse rules (cleaning, forms,
+script conversion), so reading poems needs no torch."""
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from data.verse.plan import clean_title
+from data.verse.poetry import clean_poem, form_of
 from data.verse.script import corpus_to_script
+
+VAL_FRACTION = 0.05
+SPLIT_SEED = 1337
+SHIPPED_SUFFIX = ".xz"
+"""A corpus file ending so is one `data/build_corpus.py` wrote; any other is a user's (`read_user_corpus`)."""
+FIELDS = ("id", "title", "author", "form", "split", "text")
+"""The shipped corpus's schema, one JSON object a poem."""
+
+
+def split_of(poem_id: str, seed: int = SPLIT_SEED, val_fraction: float = VAL_FRACTION) -> str:
+    """'val' for a seeded, hash-chosen `val_fraction` of poem ids, else 'train'."""
+    digest = hashlib.sha1(f"{seed}:{poem_id}".encode()).digest()
+    return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
+
+
+def _user_record(line: str, jsonl: bool, where: str) -> dict:
+    """One line of a user's corpus as a record with at least `text` (JSONL: an object whose `text`
+    is a string, other fields strings; plain text: the line is the poem). raises ValueError naming
+    `where` (file:line) for anything else."""
+    if not jsonl:
+        return {"text": line}
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not a JSON object ({err.msg}); each line of a .jsonl corpus is one poem, "
+                         f"fields {', '.join(FIELDS)} (text required)") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise ValueError(f"{where}: not a JSON object with a string field \"text\" (the poem)")
+    if bad := [k for k in FIELDS if k in record and not isinstance(record[k], str)]:
+        raise ValueError(f"{where}: field {bad[0]!r} is not a string")
+    if record.get("split", "train") not in ("train", "val"):
+        raise ValueError(f"{where}: split {record['split']!r} is not train or val")
+    return record
+
+
+def read_user_corpus(path: str | Path) -> list[dict]:
+    """A corpus a user brings, as the shipped corpus's records (`FIELDS`): a `.jsonl` file in the
+    shipped schema (only `text` required; `title`, `author` default to "", `split` to the shipped
+    rule `split_of` over the `id`, or the text when there is none), or any other file as plain
+    text, one poem a line. Each text passes the shipped corpus's cleaning rules
+    (`data.verse.poetry.clean_poem`: notes and spaces dropped; a poem of other than CJK characters
+    and line marks, or of fewer than two lines, is dropped) and gets its form (`form_of`). If no
+    poem is held out (a small file), the last one is.
+
+    raises FileNotFoundError for a missing file; ValueError in one line for a file that is not
+    UTF-8, a JSONL line that is not a poem's record (its line number), or a file with no poem the
+    rules keep (the first line's reason)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data.corpus_path={path}: no such file")
+    jsonl = path.suffix == ".jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the corpus as UTF-8") from None
+    poems, first_drop = [], None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = _user_record(line, jsonl, f"{path}:{number}")
+        text, reason = clean_poem([record["text"]])
+        if text is None:
+            first_drop = first_drop or f"line {number}: {reason}"
+            continue
+        key = record.get("id") or text
+        poems.append({"id": record.get("id") or hashlib.sha1(text.encode()).hexdigest()[:16],
+                      "title": record.get("title", ""), "author": record.get("author", ""), "form": form_of(text),
+                      "split": record.get("split") or split_of(key), "text": text})
+    if not poems:
+        raise ValueError(f"{path} holds no poem the corpus's cleaning rules keep"
+                         + (f" ({first_drop}: CJK characters and line marks, two lines at least)" if first_drop else
+                            " (the file is empty)"))
+    if all(p["split"] == "train" for p in poems) and len(poems) > 1:
+        poems[-1]["split"] = "val"
+    return poems
 
 
 def iter_corpus(path: str | Path) -> Iterator[dict]:
     """The poems of a corpus file written by `data/build_corpus.py` (one JSON object a line),
     read lazily in file order, so a caller that needs a few stops early.
 
-    raises FileNotFoundError with the command that rebuilds it if `path` is missing.
+    A file not ending in `.xz` is a user's corpus, read (all at once) by `read_user_corpus`.
+    raises FileNotFoundError with the command that rebuilds it if `path` is missing; ValueError
+    as `read_user_corpus`.
     """
     path = Path(path)
+    if path.suffix != SHIPPED_SUFFIX:
+        yield from read_user_corpus(path)
+        return
     if not path.is_file():
         raise FileNotFoundError(
             f"corpus file {path} not found. It ships with the repository (git LFS is not used); "

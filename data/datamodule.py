@@ -20,7 +20,9 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from difflib import SequenceMatcher
 from functools import cached_property
 from pathlib import Path
 
@@ -76,8 +78,12 @@ class PoetryDataModule(L.LightningDataModule):
     `trainer.max_steps` (budget mode) has none, and says so.
     conditions: {title, poet, keywords: share of the training poems given it} (`data/conditions.py`;
     None or all 0: none); needs plan_tokens. Segment targets are never scored (`PlanIds.segment_mask`).
-    raises ValueError for an unknown script, tokenizer kind, val_windows or condition, or a share
-    outside [0, 1).
+    poets: train and validate on these poets' poems only (either script; the corpora's `author`),
+    their training poems and their held-out ones (fine-tuning a voice, docs/finetuning.md).
+    base_tokenizer: a trained model's vocabulary, kept instead of building one (fine-tuning):
+    `prepare_data` refuses poems with characters outside it.
+    raises ValueError for an unknown script, tokenizer kind, val_windows or condition, a share
+    outside [0, 1), or a base tokenizer whose plan tokens or condition markers the options contradict.
     """
 
     def __init__(self, corpus_path: str, cache_dir: str, script: str = "simplified",
@@ -85,7 +91,8 @@ class PoetryDataModule(L.LightningDataModule):
                  tokenizer: Mapping | None = None, val_windows: str = "poems", seed: int = 0,
                  plan_tokens: bool = False, train_corpora: Sequence[str] | None = None,
                  also_validate: Mapping[str, str] | None = None, mid_poem_fraction: float = 0.0,
-                 anneal_fraction: float = 0.0, conditions: Mapping[str, float] | None = None):
+                 anneal_fraction: float = 0.0, conditions: Mapping[str, float] | None = None,
+                 poets: Sequence[str] = (), base_tokenizer: Tokenizer | None = None):
         super().__init__()
         if val_windows not in VAL_WINDOWS:
             raise ValueError(f"data.val_windows={val_windows!r} is not one of {VAL_WINDOWS}")
@@ -116,6 +123,10 @@ class PoetryDataModule(L.LightningDataModule):
         if self.conditions and not self.plan_tokens:
             raise ValueError("data.conditions needs data.plan_tokens=true (the segment goes before the plan); "
                              "with data.plan_tokens=false add data.conditions=null")
+        self.poets = list(dict.fromkeys(str(p).strip() for p in poets or () if str(p).strip()))
+        self.base_tokenizer = base_tokenizer
+        if base_tokenizer is not None:
+            check_base_tokenizer(base_tokenizer, self.plan_tokens, bool(self.conditions))
         self.extra_val = {str(k): Path(v) for k, v in (also_validate or {}).items()}
         if bad := [k for k in self.extra_val if not k.isidentifier()]:
             raise ValueError(f"data.also_validate names must be plain words (val/<name>/bpc), not {bad}")
@@ -176,6 +187,10 @@ class PoetryDataModule(L.LightningDataModule):
                 h.update(path.read_bytes())
             settings["roles"] = {"train": [self.corpora.index(p) for p in self.train_paths],
                                  "val": {k: self.corpora.index(p) for k, p in self.extra_val.items()}}
+        if self.poets:
+            settings["poets"] = self.poets
+        if self.base_tokenizer is not None:  # fine-tuning: the base's vocabulary, not one of this data
+            settings["base_tokenizer"] = hashlib.sha256(json.dumps(self.base_tokenizer.state_dict()).encode()).hexdigest()
         h.update(json.dumps({**settings, **({"plan_tokens": True} if self.plan_tokens else {}),
                              **({"tunes": list(plan_labels(tunes=True))} if self.tunes else {}),
                              **({"conditions": self.conditions, "block_size": self.block_size}
@@ -196,11 +211,19 @@ class PoetryDataModule(L.LightningDataModule):
         if (self.cache_dir / "meta.json").is_file():
             return
         corpora = {path: load_corpus(path) for path in self.corpora}
+        if self.poets:
+            corpora = poets_poems(corpora, self.poets, self.script)
         texts = {path: corpus_to_script([p["text"] for p in poems], self.script) for path, poems in corpora.items()}
         names = {field: {path: corpus_to_script([p.get(field, "") for p in poems], self.script)
                          for path, poems in corpora.items()} for field in ("title", "author")} \
             if self.conditions else {}
-        tok = self._build_tokenizer([t for field in (texts, *names.values()) for ts in field.values() for t in ts])
+        if self.base_tokenizer is not None:
+            tok = self.base_tokenizer
+            check_vocabulary(tok, [t for ts in texts.values() for t in ts])
+            names = {f: {path: [n if not tok.unknown(n) else "" for n in ns] for path, ns in by_path.items()}
+                     for f, by_path in names.items()}  # a title or name it cannot write is not given
+        else:
+            tok = self._build_tokenizer([t for field in (texts, *names.values()) for ts in field.values() for t in ts])
         arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(self.corpus_path, "val")],
                   **({"val_titled": [(self.corpus_path, "val")]} if self.conditions else {}),
                   **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}
@@ -334,3 +357,42 @@ class PoetryDataModule(L.LightningDataModule):
             loaders.append(DataLoader(val_set, batch_size=self.batch_size * 4, sampler=sampler,
                                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0))
         return loaders[0] if len(loaders) == 1 else loaders
+
+
+def check_base_tokenizer(tok: Tokenizer, plan_tokens: bool, conditions: bool) -> None:
+    """raises ValueError where a base model's vocabulary (fine-tuning) cannot frame poems as the
+    options ask: plan tokens it lacks or has, condition markers it lacks."""
+    ids = plan_ids(tok)
+    if plan_tokens != (ids is not None):
+        has = ids is not None
+        raise ValueError(f"data.plan_tokens={str(plan_tokens).lower()}, but the base model was trained "
+                         f"{'with' if has else 'without'} plan tokens: set data.plan_tokens={str(has).lower()}")
+    if conditions and not (ids and ids.segments):
+        raise ValueError("data.conditions: the base model was trained without conditions; add data.conditions=null")
+
+
+def check_vocabulary(tok: Tokenizer, texts: Sequence[str], shown: int = 8) -> None:
+    """raises ValueError in one line if `texts` hold characters the (base) vocabulary lacks: how many
+    characters, how many distinct, and the commonest."""
+    missing = Counter(c for t in texts for c in t if tok.unknown(c))
+    if missing:
+        examples = "".join(c for c, _ in missing.most_common(shown))
+        raise ValueError(f"{sum(missing.values()):,} characters of the poems ({len(missing):,} distinct, e.g. "
+                         f"{examples!r}) are outside the base model's vocabulary of {tok.vocab_size:,}; fine-tuning "
+                         "keeps its vocabulary: remove those poems, or train a model of your own on them")
+
+
+def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script: str) -> dict[Path, list[dict]]:
+    """The poems of `poets` (either script) in each corpus, by its `author` field. raises ValueError
+    for a poet with no training poem in any corpus, naming the nearest authors, or with no held-out one."""
+    authors = {path: corpus_to_script([p.get("author", "") for p in poems], script) for path, poems in corpora.items()}
+    wanted = dict(zip(corpus_to_script(list(poets), script), poets))
+    counts = Counter((a, p["split"]) for path, poems in corpora.items() for a, p in zip(authors[path], poems))
+    for name, given in wanted.items():
+        if not counts[(name, "train")]:
+            known = Counter({a: n for (a, split), n in counts.items() if split == "train" and a})
+            near = sorted(known, key=lambda a: (-SequenceMatcher(None, name, a).ratio(), -known[a]))[:3]
+            raise ValueError(f"data.poets: {given} has no training poem in the corpus; nearest authors: {', '.join(near)}")
+        if not counts[(name, "val")]:
+            raise ValueError(f"data.poets: {given} has no held-out poem to validate on (the corpus's val split)")
+    return {path: [p for a, p in zip(authors[path], poems) if a in wanted] for path, poems in corpora.items()}

@@ -35,6 +35,7 @@ from model.sampling.conditions import condition_segments, has_conditions
 from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
 from model.sampling.keywords import MAX_FREE_LINE, KeywordConstraint, keyword_rows
+from model.sampling.title_plan import with_plan
 from model.sampling.tunes import TuneConstraint
 
 RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
@@ -57,7 +58,8 @@ class SamplingOptions:
     list per poem, `num_samples` of them); keywords_forced: false gives them as hints in the
     condition segment instead (a model trained with conditions), nothing forced; title, poet:
     what the poem is written to (a string, or one per poem), for a model trained with conditions
-    (`model.sampling.conditions`);
+    (`model.sampling.conditions`); title_plan: a title without keywords plans the words the poem is
+    written around, forced (True), as hints ("hints") or not at all (False) (`model.sampling.title_plan`);
     rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
     character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
     form `ci` with tune: a 词 to that tune (`model.sampling.tunes`; either script; a tune alone
@@ -79,6 +81,7 @@ class SamplingOptions:
     keywords: Any = ""  # str | list[str] | list[list[str]] (OmegaConf's structured configs take no unions)
     keywords_forced: bool = True
     title: Any = ""  # str | list[str], one per poem
+    title_plan: Any = True  # True | "hints" | False (`model.sampling.title_plan`)
     poet: Any = ""  # str | list[str], one per poem
     tune: str = ""
     rhyme: bool = False
@@ -152,6 +155,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
+    opts = with_plan(engine, opts)  # a title's planned words, as keywords
     tok, device = engine.tokenizer, engine.device
     ids = plan_ids(tok)
     control = resolve_control(opts.control, ids is not None)

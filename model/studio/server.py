@@ -13,6 +13,9 @@ serves it with uvicorn, one process, no database):
   `start` {tokens, texts, rows, tune: a 词's template (`template`) or null}; one `step` per drawn
   token {pos, label, text, prob, row, allowed}; `given` {pos, tokens, texts, rows} for a prompt
   that follows a drawn plan; then `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
+- `GET /plan?title=…[&form=…][&tune=…][&ckpt_path=…]`: the words the title plans
+  (`model.sampling.title_plan.plan_title`) → {"words": [...]}, shown under the title before the
+  poem is written and editable there (the page sends them as `keywords`), or {"error": "error: …"}.
 - `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
 
 Only its own page can drive it (`LocalOnly`, as local servers such as Jupyter's do): a request
@@ -62,6 +65,7 @@ from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
 from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text, row_tunes
+from model.sampling.title_plan import plan_title
 
 MAX_ABLATED = 256
 """The most head names a request may list."""
@@ -305,6 +309,16 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         finally:
             app.state.generating -= 1
 
+    async def plan(request: Request) -> Response:
+        q = request.query_params
+        try:
+            engine = (await anyio.to_thread.run_sync(engine_for, q.get("ckpt_path") or None))[0]
+            form = None if q.get("tune") else q.get("form") or None
+            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form)
+        except USER_ERRORS as err:
+            return error_response(f"error: {err}")
+        return Response(json.dumps({"words": words}, ensure_ascii=False), media_type="application/json")
+
     async def status(request: Request) -> Response:
         return Response(json.dumps({"generating": app.state.generating}), media_type="application/json")
 
@@ -312,6 +326,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         return Response(status_code=204)
 
     app = Starlette(routes=[Route("/", index), Route("/options", options), Route("/generate", generate, methods=["POST"]),
+                            Route("/plan", plan),
                             Route("/status", status), Route("/favicon.ico", no_icon)],
                     middleware=[Middleware(LocalOnly, hosts=(*LOOPBACK, *allowed_hosts))])
     app.state.generating = 0

@@ -70,6 +70,7 @@ class LitGPT(L.LightningModule):
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
         self.corpora: dict | None = None  # the data module's `corpora_record`, saved in its checkpoints
         self.conditions: dict | None = None  # the data module's `conditions_record`, saved in its checkpoints
+        self.finetuned: dict | None = None  # fine-tuned: what from and on (`model.training.finetune.finetune_record`)
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -84,10 +85,11 @@ class LitGPT(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """Before fitting from scratch: order the adaptive softmax's clusters by the training data's
-        token counts (a resumed run then restores the order it was trained with). Sums for the
+        token counts (a resumed run then restores the order it was trained with; a fine-tuned one
+        keeps its base's). Sums for the
         data module's other validation sets (`val_names` after the reference: `val/<name>/…`)."""
         dm = getattr(self.trainer, "datamodule", None)
-        if stage == "fit" and dm is not None:
+        if stage == "fit" and dm is not None and self.finetuned is None:  # fine-tuned: the base's order
             self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
             self.train_tokens = int(getattr(dm, "train_tokens", 0) or dm.meta["train"]["tokens"])
         names = getattr(dm, "val_names", [""])[1:]
@@ -97,11 +99,14 @@ class LitGPT(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Records the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are
-        any, the conditions (`conditions_record`), and the training tokens seen."""
+        any, the conditions (`conditions_record`), what a fine-tuned model started from and read
+        (`finetuned`), and the training tokens seen."""
         if self.corpora:
             checkpoint["corpora"] = self.corpora
         if self.conditions:
             checkpoint["conditions"] = self.conditions
+        if self.finetuned:
+            checkpoint["finetuned"] = self.finetuned
         if self.tokens_seen is not None:
             checkpoint["tokens_seen"] = self.tokens_seen
 

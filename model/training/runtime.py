@@ -24,6 +24,7 @@ from lightning.pytorch import Callback as LightningCallback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from model.device import check_backend
+from model.training.finetune import finetune_tag
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ def unique_run_name(stamp: str, what: str) -> str:
 
 
 OmegaConf.register_new_resolver("unique_run_name", unique_run_name, use_cache=True, replace=True)
+OmegaConf.register_new_resolver("finetune_tag", finetune_tag, replace=True)  # conf/experiment/finetune.yaml
 OmegaConf.register_new_resolver(  # conf/hydra/default.yaml: the run's log file and config record are rank 0's
     "launch_rank_zero", lambda value, other=None: other if launch_rank() else value, replace=True)
 
@@ -202,14 +204,23 @@ def ddp_strategy(trainer_cfg: DictConfig, collective_timeout: float) -> None:
       as on one process; the cost per step: docs/benchmarks.md, "DDP step".
     - `timeout`: `collective_timeout` seconds, the process group's limit on any collective (torch's
       own is 30 minutes): a stalled rank, a dead peer or a lost node ends every rank after it.
-    Any other strategy is left as it is. raises ValueError for a timeout that is not positive."""
+    Any other strategy is left as it is. Under torchrun, `devices: auto` becomes torchrun's processes
+    per node (`LOCAL_WORLD_SIZE`) and `num_nodes: 1` its nodes (`WORLD_SIZE` ÷ that), as Lightning
+    requires of a launch it did not start: `torchrun --nproc-per-node=2 train.py` trains without
+    `trainer=ddp` (nanoGPT's habit). raises ValueError for a timeout that is not positive."""
     if isinstance(collective_timeout, bool) or not isinstance(collective_timeout, (int, float)) \
             or not collective_timeout > 0:
         raise ValueError(f"collective_timeout={collective_timeout} must be a positive number of seconds")
-    if str(trainer_cfg.get("strategy", "auto")) not in ("auto", "ddp") or not several_processes(trainer_cfg):
-        return
-    trainer_cfg.strategy = {"_target_": "lightning.pytorch.strategies.DDPStrategy", "find_unused_parameters": True,
-                            "timeout": {"_target_": "datetime.timedelta", "seconds": float(collective_timeout)}}
+    per_node, world = (int(os.environ.get(k, 0)) for k in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"))
+    with open_dict(trainer_cfg):  # the default trainer config has no `strategy` key, and is a struct
+        if per_node and str(trainer_cfg.get("devices", "auto")) in ("auto", "-1"):
+            trainer_cfg.devices = per_node
+            if int(trainer_cfg.get("num_nodes") or 1) == 1 and world > per_node:
+                trainer_cfg.num_nodes = world // per_node
+        if str(trainer_cfg.get("strategy", "auto")) not in ("auto", "ddp") or not several_processes(trainer_cfg):
+            return
+        trainer_cfg.strategy = {"_target_": "lightning.pytorch.strategies.DDPStrategy", "find_unused_parameters": True,
+                                "timeout": {"_target_": "datetime.timedelta", "seconds": float(collective_timeout)}}
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:

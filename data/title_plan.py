@@ -1,0 +1,176 @@
+"""A plan from the title: the sub-topic words a poem is written around, chosen from its title by
+corpus statistics, as the planning-based poetry systems choose them (Wang et al. 2016, "Chinese
+Poetry Generation with Planning based Neural Network", §3: the title's own words, then keyword
+expansion from the corpus when the title gives too few; docs/conditions.md, "A plan from the title").
+
+Built once from the training poems (`TitlePlanner.build`, cached by `load_planner`):
+- each poem's words: jieba's segmentation of its lines, words of 2+ CJK characters;
+- each title as TF-IDF of its character 1- and 2-grams (the idf over the training titles), rows
+  of unit length.
+
+`TitlePlanner.plan(title, k)`:
+1. the title's own words (jieba) of 2 or 3 characters that at least `MIN_POEMS` poems use, in
+   title order, less a series' count (十首, 二首: a word with 首 or of numerals only);
+2. expansion: the `NEIGHBOURS` training titles nearest the title (cosine of the TF-IDF rows), and
+   each two-character word of their poems found in at least `MIN_POEMS` poems, scored by the sum
+   of the neighbours' similarities times the word's idf over all poems (common words count less);
+3. words taken best first, skipping a word that shares a character with one already taken, until k.
+A title none of whose characters a training title has plans nothing ([]). Deterministic: the same
+title gives the same words (ties go to the word seen first in the corpus).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from scipy import sparse
+
+from data.verse.poetry import is_hanzi, split_lines
+
+log = logging.getLogger(__name__)
+PLAN_VERSION = 3  # bump when the index format or its words change
+NEIGHBOURS = 50
+"""How many nearest training titles lend their poems' words (step 2)."""
+MIN_POEMS = 3
+"""The fewest training poems a planned word stands in (rarer ones are mostly jieba's mis-cuts)."""
+NUMERALS = set("一二三四五六七八九十百千两")
+
+
+def _ngrams(title: str) -> list[str]:
+    """A title's character 1- and 2-grams (CJK characters only)."""
+    chars = "".join(c for c in title if is_hanzi(c))
+    return [*chars, *(chars[i:i + 2] for i in range(len(chars) - 1))]
+
+
+@lru_cache(maxsize=1)
+def _cut():
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return jieba.lcut
+
+
+def words_of(text: str) -> list[str]:
+    """The words of a text (jieba's segmentation line by line): words of 2+ CJK characters, in order,
+    without repeats."""
+    cut = _cut()
+    return list(dict.fromkeys(w for line in split_lines(text) or [text] for w in cut(line)
+                              if len(w) >= 2 and all(map(is_hanzi, w))))
+
+
+class TitlePlanner:
+    """The index of `build`: grams (G,) title n-grams and their idf (G,) float; titles (N, G) CSR,
+    unit rows; words (W,) the poems' words and df (W,) how many poems use each; poems (N, W) CSR 0/1 (which words each
+    poem uses)."""
+
+    def __init__(self, grams: list[str], gram_idf: np.ndarray, titles: sparse.csr_matrix, words: list[str],
+                 df: np.ndarray, poems: sparse.csr_matrix):
+        self.grams, self.gram_idf, self.titles = grams, gram_idf, titles
+        self.words, self.df, self.poems = words, df, poems
+        n = poems.shape[0]  # step 2's weights: idf, 0 for a word it never takes
+        self.word_idf = np.log((1 + n) / (1 + df)) * (df >= MIN_POEMS) * np.array([len(w) == 2 for w in words])
+        self.gram_ids = {g: i for i, g in enumerate(grams)}
+        self.word_ids = {w: i for i, w in enumerate(words)}
+
+    @classmethod
+    def build(cls, titles: Sequence[str], texts: Sequence[str]) -> TitlePlanner:
+        """The index of training poems: titles (cleaned, "" for none) and texts, in the model's script."""
+        grams: dict[str, int] = {}
+        rows, cols = [], []
+        for i, t in enumerate(titles):
+            for g in set(_ngrams(t)):
+                rows.append(i)
+                cols.append(grams.setdefault(g, len(grams)))
+        n = len(titles)
+        titles_m = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, len(grams)))
+        gram_idf = np.log((1 + n) / (1 + np.bincount(cols, minlength=len(grams)))) + 1
+        titles_m = sparse.csr_matrix(titles_m.multiply(gram_idf[None]))
+        norms = np.sqrt(np.asarray(titles_m.multiply(titles_m).sum(1)).ravel())
+        titles_m = sparse.csr_matrix(sparse.diags(1 / np.maximum(norms, 1e-12)) @ titles_m)
+        words: dict[str, int] = {}
+        rows, cols = [], []
+        for i, text in enumerate(texts):
+            for w in words_of(text):
+                rows.append(i)
+                cols.append(words.setdefault(w, len(words)))
+        poems = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(n, len(words)))
+        return cls(list(grams), gram_idf, titles_m, list(words), np.bincount(cols, minlength=len(words)), poems)
+
+    def plan(self, title: str, k: int) -> list[str]:
+        """Up to k words to write a poem on `title` around (module docstring); [] if no training title
+        shares a character with it."""
+        q = np.zeros(len(self.grams))
+        for g in set(_ngrams(title)):
+            if (i := self.gram_ids.get(g)) is not None:
+                q[i] = self.gram_idf[i]
+        if not q.any():
+            return []
+        sims = self.titles @ (q / np.linalg.norm(q))  # (N,) cosine with every training title
+        near = np.argsort(-sims, kind="stable")[:NEIGHBOURS]
+        near = near[sims[near] > 0]
+        scores = np.asarray(self.poems[near].T @ sims[near]).ravel() * self.word_idf  # (W,)
+        own = [w for w in words_of(title) if w in self.word_ids and len(w) <= 3 and "首" not in w
+               and self.df[self.word_ids[w]] >= MIN_POEMS and not set(w) <= NUMERALS]
+        ranked = own + [self.words[i] for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+        chosen: list[str] = []
+        for w in ranked:
+            if len(chosen) == k:
+                break
+            if not any(set(w) & set(c) for c in chosen):
+                chosen.append(w)
+        return chosen
+
+    def save(self, path: Path) -> None:
+        """Write the index to `path` (.npz: arrays and the two string lists as JSON, no pickle)."""
+        np.savez(path, gram_idf=self.gram_idf, df=self.df,
+                 strings=np.frombuffer(json.dumps([self.grams, self.words], ensure_ascii=False).encode(), np.uint8),
+                 **{f"titles_{a}": getattr(self.titles, a) for a in ("data", "indices", "indptr")},
+                 **{f"poems_{a}": getattr(self.poems, a) for a in ("data", "indices", "indptr")})
+
+    @classmethod
+    def load(cls, path: Path) -> TitlePlanner:
+        """The index `save` wrote (read without pickle)."""
+        z = np.load(path, allow_pickle=False)
+        grams, words = json.loads(z["strings"].tobytes().decode())
+        titles = sparse.csr_matrix((z["titles_data"], z["titles_indices"], z["titles_indptr"]),
+                                   shape=(len(z["titles_indptr"]) - 1, len(grams)))
+        poems = sparse.csr_matrix((z["poems_data"], z["poems_indices"], z["poems_indptr"]),
+                                  shape=(len(z["poems_indptr"]) - 1, len(words)))
+        return cls(grams, z["gram_idf"], titles, words, z["df"], poems)
+
+
+@lru_cache(maxsize=4)
+def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
+    """The planner of a corpus's training poems in `script`: read from `cache_dir` (keyed by the
+    corpus's bytes, the script and `PLAN_VERSION`), or built there once (about half a minute for
+    the Tang corpus; written to a temporary file, then renamed). raises FileNotFoundError for a
+    missing corpus."""
+    from data.corpus_io import load_corpus
+    from data.verse.plan import clean_title
+    from data.verse.script import corpus_to_script
+
+    key = hashlib.sha256(Path(corpus_path).read_bytes() if Path(corpus_path).is_file() else b"")
+    key.update(json.dumps({"script": script, "v": PLAN_VERSION}).encode())
+    path = Path(cache_dir) / f"title-plan-{key.hexdigest()[:16]}.npz"
+    if path.is_file():
+        return TitlePlanner.load(path)
+    poems = [p for p in load_corpus(corpus_path) if p["split"] == "train"]
+    log.info(f"title plan: indexing the titles and words of {len(poems):,} training poems (once)")
+    planner = TitlePlanner.build(corpus_to_script([clean_title(p.get("title", "")) for p in poems], script),
+                                 corpus_to_script([p["text"] for p in poems], script))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        planner.save(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return planner

@@ -1,0 +1,73 @@
+"""The title's plan in sampling (`title_plan`): `title=` without `keywords=` becomes the words a poem
+is written around, chosen by `data.title_plan.TitlePlanner` from the Tang training poems, and handed
+to the keyword machinery as it is: forced (`title_plan=true`, the default; `model.sampling.keywords`
+places them where the model chooses), as hints in the condition segment (`title_plan=hints`, a model
+trained with conditions), or not at all (`title_plan=false`).
+
+How many words: one per couplet of the form (a 绝句 2, a 律诗 4), two for a poem of free form or a
+词 (one per stanza of the commonest tunes). A title the corpus never used (no character of it in a
+training title) plans nothing, and the poem is written to the title alone, as with
+`title_plan=false`; `plan_title` says so in one line for a caller that asks for the words.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from data.title_plan import TitlePlanner, load_planner
+from data.tokenizer import CharTokenizer
+from data.verse.poetry import FORMS
+from model.engine import Engine
+from model.sampling.conditions import check_title, per_row
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+CORPUS = DATA_DIR / "corpus" / "tang.jsonl.xz"
+"""The corpus whose training poems the plan draws from (every model's reference corpus)."""
+CACHE_DIR = DATA_DIR / "cache"
+PLAN_MODES = (True, False, "hints")
+
+
+def plan_size(form: str | None) -> int:
+    """Words planned for a poem of `form` (module docstring): a couplet each, else 2."""
+    return FORMS[form][0] // 2 if form in FORMS else 2
+
+
+def check_mode(title_plan: Any) -> bool | str:
+    """`title_plan` as one of `PLAN_MODES` (strings true/false accepted). raises ValueError otherwise."""
+    mode = {"true": True, "false": False}.get(str(title_plan).lower(), title_plan)
+    if mode not in PLAN_MODES:
+        raise ValueError(f"title_plan={title_plan!r} is not one of true (forced words), hints, false")
+    return mode
+
+
+def planner(script: str) -> TitlePlanner:
+    """The planner of the Tang training poems in `script` (built once, cached under data/cache)."""
+    return load_planner(str(CORPUS), str(CACHE_DIR), script)
+
+
+def plan_title(engine: Engine, title: str, form: str | None) -> list[str]:
+    """The words planned for one title (either script; checked as `check_title`), in the model's
+    script; [] for no title. raises ValueError as `check_title`."""
+    title = check_title(engine, title)
+    return planner(engine.script).plan(title, plan_size(form)) if title else []
+
+
+def with_plan(engine: Engine, opts):
+    """`opts` (`SamplingOptions`) with its title's plan as keywords (one list per poem when the
+    titles are one per poem), forced or as hints by `title_plan`; unchanged without a title, with
+    keywords given, or with `title_plan=false`. The words are kept only where every character is
+    in the model's vocabulary. A model with another tokenizer than characters gets no forced plan.
+    raises ValueError for a bad `title_plan` or title."""
+    mode = check_mode(opts.title_plan)
+    if mode is True and not isinstance(engine.tokenizer, CharTokenizer):
+        return opts  # forced keywords need a character model: the title alone
+    has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
+    if mode is False or has_keywords or not any(per_row(opts.title, opts.num_samples, "title")):
+        return opts
+    form = None if opts.tune else opts.form
+    rows = [[w for w in plan_title(engine, t, form) if not engine.tokenizer.unknown(w)]
+            for t in per_row(opts.title, opts.num_samples, "title")]
+    if not any(rows):
+        return opts
+    return replace(opts, keywords=rows[0] if len(rows) == 1 else rows, keywords_forced=mode is True)

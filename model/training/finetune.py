@@ -1,0 +1,95 @@
+"""Fine-tuning (`python train.py experiment=finetune init_from=<checkpoint or run folder>`): a
+trained model continued on other poems, as nanoGPT's `init_from` and `finetune_shakespeare` do
+(docs/finetuning.md).
+
+The run keeps everything of the base that its weights depend on: the network's shape (conf/model
+is overridden by the base's), the vocabulary (the data module frames the new poems with the
+base's tokenizer and refuses characters outside it), the script, the plan tokens and the
+condition markers (the data options follow the base). It starts from the base's weights; the
+optimizer, schedule and step count start afresh. Its checkpoints record what it was fine-tuned
+from and on (`finetune_record`), which `sample.py` and the other scripts read like any other
+checkpoint's settings.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+from data.tokenizer import Tokenizer, tokenizer_from_state
+from data.verse.plan import plan_ids
+from model.loading import config_fields, find_checkpoint, read_trained, weights_sha
+from model.training.checkpoints import FREE_ON_RESUME
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Base:
+    """The model a run is fine-tuned from: its checkpoint file, the checkpoint (read as data), its
+    tokenizer and the digest of its weights (`model.loading.weights_sha`)."""
+    path: Path
+    ckpt: dict
+    tokenizer: Tokenizer
+    sha: str
+
+    @classmethod
+    def read(cls, init_from: str, checkpoint_dir: str | Path) -> Base:
+        """The checkpoint `init_from` names (`model.loading.find_checkpoint`: a file, a run folder,
+        or `last`), read as data. raises FileNotFoundError / ValueError in one line."""
+        path = find_checkpoint(init_from, checkpoint_dir)
+        ckpt = read_trained(path)
+        return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]), weights_sha(ckpt["state_dict"]))
+
+    @classmethod
+    def of(cls, path: Path, ckpt: dict) -> Base:
+        """A fine-tuned checkpoint being resumed, as the base of its own vocabulary and framing."""
+        return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]),
+                   ckpt["finetuned"]["from_weights_sha"])
+
+    @property
+    def conditions(self) -> dict | None:
+        """The base's conditions record (shares and the poets it knows), kept by the fine-tuned model."""
+        return self.ckpt.get("conditions")
+
+
+def follow_base(cfg: DictConfig, base: Base) -> None:
+    """Set, in place, what the run must share with its base: every GPTConfig field of conf/model
+    (n_layer, n_embd, block_size, ...; not `dropout` and the attention backend, free as on resume),
+    `data.script`, `data.plan_tokens` and `data.conditions`' shares (none for a base without
+    condition markers). Said in the log where it changes a value."""
+    hp = base.ckpt["hyper_parameters"]
+    ids = plan_ids(base.tokenizer)
+    wanted = {**{f"model.{k}": v for k, v in config_fields(hp["model"]).items()
+                 if k in cfg.model and k not in FREE_ON_RESUME},
+              "data.script": hp.get("script", "simplified"), "data.plan_tokens": ids is not None,
+              "data.conditions": (base.conditions or {}).get("shares") if ids and ids.segments else None}
+    with open_dict(cfg):
+        for key, value in wanted.items():
+            group, name = key.split(".")
+            if cfg[group].get(name) != value:
+                log.info(f"{key}={value}: as the base {base.path} (fine-tuning keeps it)")
+                cfg[group][name] = value
+
+
+def finetune_record(base: Base, cfg: DictConfig, meta: dict) -> dict:
+    """What a fine-tuned checkpoint records of its start and its data: {"from": the base's file,
+    "from_weights_sha", "poets": [data.poets], "corpus": the corpus file's name, "train_poems",
+    "val_poems"} (meta: the data module's `meta`)."""
+    return {"from": str(base.path), "from_weights_sha": base.sha, "poets": list(cfg.data.get("poets") or []),
+            "corpus": Path(cfg.data.corpus_path).name, "train_poems": meta["train"]["poems"],
+            "val_poems": meta["val"]["poems"]}
+
+
+def finetune_tag(poets, corpus_path: str) -> str:
+    """The part of a fine-tuning run's name that says what it read (conf/experiment/finetune.yaml):
+    `ft-<poets in pinyin, joined by _>` (李白 → ft-libai), else `ft-<the corpus file's stem>`,
+    ASCII letters, digits, `_` and `-` only, at most 40 characters."""
+    from pypinyin import lazy_pinyin
+
+    names = [str(p) for p in poets or ()]
+    what = "_".join("".join(lazy_pinyin(n)) for n in names) if names else Path(str(corpus_path)).name.split(".")[0]
+    return "ft-" + (re.sub(r"[^A-Za-z0-9_-]+", "", what)[:40] or "corpus")

@@ -1,0 +1,107 @@
+"""A plan from the title (data/title_plan.py, model/sampling/title_plan.py): the words a title plans,
+their determinism, the cache, and how sampling, sample.py's JSONL and the studio give them."""
+import json
+
+import pytest
+
+from data.title_plan import TitlePlanner, load_planner
+from model.sampling import title_plan
+from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
+from model.sampling.title_plan import check_mode, plan_size, with_plan
+from tests.conftest import POEMS, write_corpus
+from tests.test_conditions import conditioned
+
+TITLES = ["靜夜思", "登鸛雀樓", "春曉", "江雪", "相思", "早發白帝城"]
+TEXTS = [
+    "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。",
+    "白日依山盡，黃河入海流。欲窮千里目，更上一層樓。",
+    "春眠不覺曉，處處聞啼鳥。夜來風雨聲，花落知多少。",
+    "千山鳥飛絕，萬徑人蹤滅。孤舟蓑笠翁，獨釣寒江雪。",
+    "紅豆生南國，春來發幾枝。願君多采擷，此物最相思。",
+    "朝辭白帝彩雲間，千里江陵一日還。兩岸猿聲啼不住，輕舟已過萬重山。",
+]
+
+
+@pytest.fixture(scope="module")
+def planner():
+    """Three copies of the six poems (a word needs 3 poems), their titles, and a 思 poem more."""
+    return TitlePlanner.build(TITLES * 3 + ["秋思"], TEXTS * 3 + ["明月照高樓，流光正徘徊。故鄉何處是，思歸多苦顏。"])
+
+
+def test_a_title_plans_its_own_words_then_its_neighbours_words_without_shared_characters(planner):
+    words = planner.plan("靜夜思", 4)
+    assert words == planner.plan("靜夜思", 4)  # deterministic
+    assert 1 <= len(words) <= 4 and len(set("".join(words))) == len("".join(words))  # no character twice
+    assert all(len(w) == 2 for w in words)
+    assert all(w in TEXTS[0] for w in words)  # the nearest title's poem lends them (秋思's shares only 思)
+    assert all(w in TEXTS[3] for w in planner.plan("江雪", 2)) and planner.plan("江雪", 2)
+    assert planner.plan("靜夜思", 1) == words[:1]
+
+
+def test_a_title_the_corpus_never_used_plans_nothing(planner):
+    assert planner.plan("xyz", 4) == [] and planner.plan("龘", 4) == []
+
+
+def test_the_index_is_cached_and_reads_back_the_same(tmp_path, planner):
+    corpus = write_corpus(tmp_path / "tang.jsonl.xz", POEMS, copies=5)
+    built = load_planner(str(corpus), str(tmp_path / "cache"), "traditional")
+    files = list((tmp_path / "cache").glob("title-plan-*.npz"))
+    assert len(files) == 1
+    load_planner.cache_clear()
+    again = load_planner(str(corpus), str(tmp_path / "cache"), "traditional")
+    assert again.words == built.words and (again.df == built.df).all()
+    path = tmp_path / "p.npz"
+    planner.save(path)
+    assert TitlePlanner.load(path).plan("靜夜思", 4) == planner.plan("靜夜思", 4)
+
+
+def test_plan_sizes_and_modes():
+    assert [plan_size(f) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 2, 2]
+    assert [check_mode(m) for m in (True, "true", False, "false", "hints")] == [True, True, False, False, "hints"]
+    with pytest.raises(ValueError, match="title_plan='maybe' is not one of true"):
+        check_mode("maybe")
+
+
+@pytest.fixture
+def engine(monkeypatch, planner):
+    monkeypatch.setattr(title_plan, "planner", lambda script: planner)
+    return conditioned()
+
+
+def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
+    opts = SamplingOptions(num_samples=4, title="静夜思", form="wujue", max_new_tokens=40, seed=3)
+    planned = with_plan(engine, opts)
+    assert planned.keywords == planner.plan("靜夜思", 2) and planned.keywords_forced
+    assert all(all(w in p for w in planned.keywords) for p in sample_poems(engine, opts))  # forced, as keywords
+    assert with_plan(engine, SamplingOptions(title="静夜思", title_plan=False)).keywords == ""
+    assert with_plan(engine, SamplingOptions(title="静夜思", keywords="明月")).keywords == "明月"  # the user's words
+    assert with_plan(engine, SamplingOptions(title="静夜思", title_plan="hints")).keywords_forced is False
+    rows = with_plan(engine, SamplingOptions(num_samples=2, title=["静夜思", "江雪"])).keywords
+    assert rows == [planner.plan("靜夜思", 2), planner.plan("江雪", 2)]
+    assert with_plan(engine, SamplingOptions(title="杜甫")) == SamplingOptions(title="杜甫")  # no title shares a character
+    poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
+
+
+def test_sample_py_records_the_planned_words(engine, planner, monkeypatch, capsys):
+    import sample
+    from tests.conftest import compose_sample
+
+    monkeypatch.setattr(sample, "load_engine", lambda *a, **k: engine)
+    cfg = compose_sample("title='静夜思'", "form=wujue", "num_samples=2", "format=jsonl", "max_new_tokens=40")
+    sample.sample(cfg)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["title_plan_words"] for r in rows] == [planner.plan("靜夜思", 2)] * 2
+    assert all(all(w in r["poem"] for w in r["title_plan_words"]) for r in rows)
+
+
+def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch, tmp_path):
+    from starlette.testclient import TestClient
+
+    from model.studio import server
+
+    monkeypatch.setattr(server, "load_engine", lambda *a, **k: engine)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.ckpt").write_bytes(b"")
+    client = TestClient(server.create_app(tmp_path, str(tmp_path / "run" / "last.ckpt")), base_url="http://127.0.0.1")
+    assert client.get("/plan", params={"title": "静夜思", "form": "wulv"}).json() == {"words": planner.plan("靜夜思", 4)}
+    assert client.get("/plan", params={"title": "abc"}).json()["error"].startswith("error: title='abc' holds characters")
