@@ -230,14 +230,16 @@ def poet_bpc(engine, poet: str) -> float:
     return round(float(nats.sum() / chars.sum() / math.log(2)), 4)
 
 
-def finetune_voices(base, train: list[dict], val: list[dict], n_poets: int, n_poems: int, overrides=()) -> dict:
+def finetune_voices(base, train: list[dict], val: list[dict], n_poets: int, n_poems: int, overrides=(),
+                    named=()) -> dict:
     """Goal 3 of issue 53 (docs/finetuning.md): the `n_poets` most prolific poets, each fine-tuned from
     `base` alone by `python train.py experiment=finetune` (a process of its own, timed whole), then
     `n_poems` free poems of it: the share the classifier attributes to the poet, their copy rate of
     5-character runs from the poet's training lines beside the poet's own held-out poems' (against the
     poet's training lines, and against the whole training corpus), the poet's held-out `val/bpc`
-    before and after, free rhyme (`rhyme_regulated`) before and after, and the minutes."""
-    poets = list(known_poets(base))[:n_poets]
+    before and after, free rhyme (`rhyme_regulated`) before and after, and the minutes. named: these
+    poets instead (an A/B on one)."""
+    poets = list(named) or list(known_poets(base))[:n_poets]
     vec, clf = poet_classifier(train, list(known_poets(base)))
     corpus_runs = set(runs5([p["text"] for p in train]))
     lines = training_lines(str(CORPUS), base.script)
@@ -306,6 +308,7 @@ def main(argv=None) -> None:
     p.add_argument("--parts", default="title,relevance,hints,poet,probe,finetune",
                    help="which figures, comma-separated (default: all)")
     p.add_argument("--override", action="append", default=[], help="a train.py override for the fine-tuning runs")
+    p.add_argument("--finetune-poet", action="append", default=[], help="fine-tune this poet (instead of the top ones)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="the JSON's folder")
     args = p.parse_args(argv)
     engine = load_engine(args.ckpt, str(ROOT / "checkpoints"), "cpu")
@@ -324,7 +327,8 @@ def main(argv=None) -> None:
                "probe": ("probe_with_title", lambda: {"probe": PROBE, "title": PROBE_TITLE,
                                                       "layers": probe_with_title(engine)}),
                "finetune": ("finetune", lambda: finetune_voices(engine, train, val, args.finetune_poets,
-                                                                args.finetune_poems, args.override))}
+                                                                args.finetune_poems, args.override,
+                                                                args.finetune_poet))}
     if bad := parts - set(figures):
         raise SystemExit(f"--parts: unknown {sorted(bad)}; the parts are {', '.join(figures)}")
     for part in PARTS:

@@ -265,9 +265,7 @@ def conditions(res: dict) -> str:
     return block(
         res, "conditions-cpu", ["protocol, held-out poems", "val/bpc, no title", "given the true title", "difference",
                                 "95 % interval"],
-        rows, f"Relevance to the title (TF-IDF character cosine, {rel['titles']} held-out titles): poems sampled for it "
-        f"{rel['given']:.3f}; the same poems against another title {rel['chance_other_title']:.3f} (chance); untitled "
-        f"poems {rel['untitled_samples']:.3f}; the real poems {rel['real_poems']:.3f} (ceiling).",
+        rows, relevance_text(rel),
         f"Keyword hints (`keywords_forced=false`, {kw['poems']} poems, two TextRank keywords of a held-out poem each): "
         f"every keyword in {kw['hints']['all']:.1%} of the poems, each keyword {kw['hints']['each']:.1%}; without the "
         f"hints {kw['chance']['all']:.1%} / {kw['chance']['each']:.1%} (chance).",
@@ -279,10 +277,49 @@ def conditions(res: dict) -> str:
         + "; ".join(f"L{i} {r['to_title']:.1%}, {r['moved']:.3f}" for i, r in enumerate(pr["layers"])) + ".")
 
 
+def relevance_text(rel: dict) -> str:
+    """The relevance sentences: the plan, the title alone, untitled, chance and the ceiling, and the plan's cost."""
+    text = (f"Relevance to the title (TF-IDF character cosine, {rel['titles']} held-out titles): poems sampled for "
+            f"it with the title alone (`title_plan=false`) {rel['given']:.3f}; the same poems against another title "
+            f"{rel['chance_other_title']:.3f} (chance); untitled poems {rel['untitled_samples']:.3f}; the real poems "
+            f"{rel['real_poems']:.3f} (ceiling).")
+    if "plan" not in rel:
+        return text
+    m = rel["metrics"]
+    return text + (
+        f" **With the title's plan** (`title_plan=true`, the default: {rel['planned']} of the {rel['titles']} titles "
+        f"planned words): **{rel['plan']:.3f}**, {rel['plan_without_its_characters']:.3f} with the planned words' "
+        f"characters left out of the poems, {rel['plan_chance_other_title']:.3f} against another title. Beside the "
+        "title alone: " + ", ".join(f"{label} {m['plan'][k]:.1%} (alone {m['title_alone'][k]:.1%})" for label, k in
+                                   (("regular form", "regulated"), ("rhyme", "rhyme_regulated"),
+                                    ("distinct-2", "distinct_2"))) + ".")
+
+
+FINETUNE_HEADER = ["poet", "attributed", "copy", "poet's own copy", "own, whole corpus", "val/bpc before",
+                   "after", "free rhyme before", "after", "minutes"]
+
+
+def finetune(res: dict) -> str:
+    f = res["conditions-cpu"].get("finetune")
+    if not f:
+        return "(pending: `python benchmarks/conditions.py --parts finetune`)"
+    rows = [[r["poet"], f"{r['attributed']:.1%}", f"{r['copy']:.2%}", f"{r['poet_own_copy']:.2%}",
+             f"{r['poet_own_copy_corpus']:.2%}", n(r["val_bpc_before"], 3), n(r["val_bpc_after"], 3),
+             f"{r['rhyme_before']:.1%}", f"{r['rhyme_after']:.1%}", n(r["minutes"], 2)] for r in f["poets"]]
+    first = f["poets"][0]
+    return block(res, "conditions-cpu", FINETUNE_HEADER, rows,
+                 f"Each poet: `python train.py experiment=finetune init_from=<the default run> data.poets=[X]`, then "
+                 f"{f['poems']} free poems. Attributed: the share the poet classifier gives X (ceiling 37.4 % on the "
+                 "poets' own held-out poems, chance 1 %); copy: 5-character runs found in X's training lines, beside "
+                 "X's own held-out poems against the same lines and against the whole training corpus; free rhyme: "
+                 "`rhyme_regulated` of the base's free poems and of the fine-tuned model's. " + first["poet"] + ":",
+                 "```\n" + "\n".join(first["examples"][:2]) + "\n```")
+
+
 RESULTS_BLOCKS = {"fixed-time": fixed_time, "reference": reference, "overhead": overhead, "ddp-step": ddp_step,
                   "attention": per_device(attention), "sampling": per_device(sampling), "mfu": per_device(mfu),
                   "poems": evaluation, "heads": attention_maps, "ablation": ablation, "gpu-run": gpu_run,
-                  "conditions": conditions}
+                  "conditions": conditions, "finetune": finetune}
 """docs/results.md's blocks, each written by its function from the results."""
 
 
@@ -295,6 +332,7 @@ def readme_blocks(res: dict) -> dict[str, str]:
                   f"at `val/bpc` ≈ {n(d['poems']['val_bpc'], 1)} (bits per held-out character; "
                   "[results](docs/results.md#the-default-run))."),
         "sample": readme_sample(res.get("evaluate-default-cpu", {})),
+        "voice": readme_voice(res.get("conditions-cpu", {})),
         "caption": readme_caption(res.get("attention-maps-default-cpu", {})),
         "headline": "\n\n".join([table(FIXED_TIME_HEADER, fixed_time_rows(ft["runs"])),
                                  f"{ft['machine']}; `python benchmarks/fixed_time.py`, "
@@ -321,6 +359,23 @@ def readme_sample(e: dict) -> str:
                 f"(even lines in {'/'.join(sorted(groups))}; [more](docs/results.md#the-default-runs-poems))"
                 if groups else "(no rhyme; [more](docs/results.md#the-default-runs-poems))")
     return "(pending: `benchmarks/results/evaluate-default-cpu.json`)"
+
+
+def readme_voice(c: dict) -> str:
+    """The quick start's plan (a held-out title, the words it planned, the poem) and a fine-tuned poet's poem."""
+    rel, ft = c.get("relevance", {}), c.get("finetune", {})
+    if "plan" not in rel or not ft:
+        return "(pending: `python benchmarks/conditions.py`)"
+    ex, poet = rel["examples"][0], ft["poets"][0]
+    return (f"`title={ex['title']}` planned {'、'.join(ex['words'])}:\n\n```\n" + as_couplets(ex["poem"]) + "\n```\n\n"
+            f"Fine-tuned on {poet['poet']} ({n(poet['minutes'], 1)} minutes), free:\n\n```\n"
+            + as_couplets(poet["examples"][0]) + f"\n```\n\n(the poet classifier attributes {poet['attributed']:.0%} of "
+            f"its poems to {poet['poet']}; relevance to the title {rel['plan']:.3f} with the plan, {rel['given']:.3f} "
+            "with the title alone: [results](docs/results.md#titles-poets-and-keyword-hints))")
+
+
+def as_couplets(poem: str) -> str:
+    return "\n".join(c + "。" for c in poem.split("。") if c)
 
 
 def studio_blocks(res: dict) -> dict[str, str]:

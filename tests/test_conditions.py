@@ -128,7 +128,8 @@ def test_prepared_arrays_hold_segments_in_training_only(tmp_path):
 
 
 def test_a_title_and_a_poet_go_before_the_plan_and_never_into_the_poem(engine):
-    opts = SamplingOptions(num_samples=6, title="静夜思", poet="李白", form="wujue", rhyme=True, max_new_tokens=60)
+    opts = SamplingOptions(num_samples=6, title="静夜思", poet="李白", form="wujue", rhyme=True, max_new_tokens=60,
+                           title_plan=False)
     rows = sample_ids(engine, opts)
     ids = plan_ids(engine.tokenizer)
     assert all(ids.read_segment(engine.tokenizer, r.tolist()) == {"title": "靜夜思", "poet": "李白"} for r in rows)
@@ -157,7 +158,7 @@ def test_forced_keywords_are_written_and_hints_go_into_the_segment(engine):
 
 def test_after_the_segment_the_plan_comes_first(engine):
     ids = plan_ids(engine.tokenizer)
-    opts = SamplingOptions(num_samples=4, title="春曉", max_new_tokens=5, temperature=2.0)
+    opts = SamplingOptions(num_samples=4, title="春曉", max_new_tokens=5, temperature=2.0, title_plan=False)
     rows = sample_ids(engine, opts)
     n = len(segment_ids(engine.tokenizer, "春曉")) + 1
     assert all(int(r[n]) in ids.forms.values() and int(r[n + 1]) in [*ids.rhymes.values(), ids.none] for r in rows)
@@ -206,7 +207,8 @@ def test_a_segment_never_pushes_a_poem_out_of_its_window(engine):
 
 
 def test_titles_and_poets_per_poem(engine):
-    opts = SamplingOptions(num_samples=3, title=["春曉", "江雪", ""], poet=["李白", "", "杜甫"], max_new_tokens=30)
+    opts = SamplingOptions(num_samples=3, title=["春曉", "江雪", ""], poet=["李白", "", "杜甫"], max_new_tokens=30,
+                           title_plan=False)
     rows = sample_ids(engine, opts)
     read = [plan_ids(engine.tokenizer).read_segment(engine.tokenizer, r.tolist()) for r in rows]
     assert read == [{"title": "春曉", "poet": "李白"}, {"title": "江雪"}, {"poet": "杜甫"}]
@@ -219,7 +221,7 @@ def test_evaluation_sets_of_a_model_with_conditions(engine):
 
     assert "title" not in sample_requests(["conditions"], [], plan_model=True)
     requests = sample_requests(["conditions"], [], plan_model=True, conditions_model=True)
-    assert requests == {"title": {"title": HELD_OUT}, "poet": {"poet": EVERY_POET},
+    assert requests == {"title": {"title": HELD_OUT, "title_plan": False}, "poet": {"poet": EVERY_POET},
                         "hints": {"keywords": HELD_OUT, "keywords_forced": False}}
     base = SamplingOptions(num_samples=4, max_new_tokens=40)
     poems, plans, keywords = sample_planned_sets(engine, base, requests, POEMS * 2, ["春曉", "江雪", "相思", "登鸛雀樓"])

@@ -82,14 +82,17 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 
 
-def test_sample_py_records_the_planned_words(engine, planner, monkeypatch, capsys):
+def test_sample_py_records_the_planned_words(engine, planner, monkeypatch):
+    import io
+
     import sample
     from tests.conftest import compose_sample
 
     monkeypatch.setattr(sample, "load_engine", lambda *a, **k: engine)
     cfg = compose_sample("title='静夜思'", "form=wujue", "num_samples=2", "format=jsonl", "max_new_tokens=40")
-    sample.sample(cfg)
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    out = io.StringIO()
+    sample.sample(cfg, out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["title_plan_words"] for r in rows] == [planner.plan("靜夜思", 2)] * 2
     assert all(all(w in r["poem"] for w in r["title_plan_words"]) for r in rows)
 

@@ -40,7 +40,8 @@ SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions",
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
 (each with the sampler's default control), and with rhyme as plan tokens only (`soft`);
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
-`conditions`: free poems for held-out titles, for each poet in turn, with keyword hints; `ci`: 词,
+`conditions`: free poems for held-out titles (the title alone, `title_plan=false`: what the plan adds
+is `benchmarks/conditions.py`'s), for each poet in turn, with keyword hints; `ci`: 词,
 each to a tune drawn by its share (`ci`), and to each of the CI_TUNES by masks: its shape alone,
 with rhyme, with rhyme and meter; to drawn tunes with a held-out 词's keywords (`ci+keywords`, and
 with rhyme and meter `ci+meter+keywords`: `draw_ci_keywords`); for a model trained with tune tokens (`experiment=ci`) also
@@ -92,7 +93,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
             for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[FORMS[form][0]]}):
                 requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
     if "conditions" in kinds and conditions_model:
-        requests.update(title={"title": HELD_OUT}, poet={"poet": EVERY_POET},
+        requests.update(title={"title": HELD_OUT, "title_plan": False}, poet={"poet": EVERY_POET},
                         hints={"keywords": HELD_OUT, "keywords_forced": False})
     if "ci" in kinds and char_model:
         requests["ci"] = {"form": "ci"}
@@ -105,7 +106,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         requests["ci+soft"] = {"form": "ci", "control": "soft"}
         requests.update({f"{tune}+soft": {"tune": tune, "control": "soft"} for tune in CI_TUNES})
     elif "ci" in kinds and conditions_model:  # no masks: the tune named as the title
-        requests.update({f"{tune}+title": {"title": tune, MEASURED_AS: tune} for tune in CI_TUNES})
+        requests.update({f"{tune}+title": {"title": tune, "title_plan": False, MEASURED_AS: tune} for tune in CI_TUNES})
     return requests
 
 

@@ -57,11 +57,12 @@ def with_plan(engine: Engine, opts):
     """`opts` (`SamplingOptions`) with its title's plan as keywords (one list per poem when the
     titles are one per poem), forced or as hints by `title_plan`; unchanged without a title, with
     keywords given, or with `title_plan=false`. The words are kept only where every character is
-    in the model's vocabulary. A model with another tokenizer than characters gets no forced plan.
+    in the model's vocabulary. A model with another tokenizer than characters, or `control=soft` (no
+    masks), gets no forced plan: the title alone.
     raises ValueError for a bad `title_plan` or title."""
     mode = check_mode(opts.title_plan)
-    if mode is True and not isinstance(engine.tokenizer, CharTokenizer):
-        return opts  # forced keywords need a character model: the title alone
+    if mode is True and (not isinstance(engine.tokenizer, CharTokenizer) or opts.control == "soft"):
+        return opts  # forced keywords are masks of a character model: the title alone
     has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
     if mode is False or has_keywords or not any(per_row(opts.title, opts.num_samples, "title")):
         return opts

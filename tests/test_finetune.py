@@ -1,0 +1,130 @@
+"""Fine-tuning (issue 53: `experiment=finetune init_from=… data.poets=[…]` or `data.corpus_path=<file>`):
+the base's vocabulary, plan ids and order kept, what the checkpoint records, a user's corpus read or
+refused in one line with nothing written, run names that say what a run read, and torchrun without
+`trainer=ddp`."""
+import json
+import lzma
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from data.corpus_io import read_user_corpus
+from data.verse.plan import plan_ids
+from data.verse.poetry import form_of
+from model.loading import load_engine, read_trained
+from model.sampling.poems import SamplingOptions, sample_poems
+from model.training.finetune import finetune_tag
+from model.training.runtime import ddp_strategy
+from tests.conftest import POEMS, ROOT
+
+AUTHORS = ["李白", "李白", "孟浩然", "柳宗元", "王維", "李白"]
+
+
+def authored_corpus(path):
+    """The six poems 20 times, each with its author, every fifth copy held out (traditional script)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with lzma.open(path, "wt", encoding="utf-8") as f:
+        for c in range(20):
+            for i, (text, author) in enumerate(zip(POEMS, AUTHORS)):
+                f.write(json.dumps({"id": f"{c}-{i}", "title": "", "author": author, "form": form_of(text),
+                                    "split": "val" if c % 5 == 0 else "train", "text": text}, ensure_ascii=False) + "\n")
+    return path
+
+
+@pytest.fixture
+def base(tmp_path, train_cfg):
+    """A tiny base model trained 6 steps on the authored corpus (plan tokens and conditions, as the default)."""
+    from train import train
+
+    corpus = authored_corpus(tmp_path / "corpus" / "tang.jsonl.xz")
+    train(train_cfg(f"data.corpus_path={corpus}", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                    "logger=none", "data.anneal_fraction=0.0", "model.head_cutoffs=[20,40]"))  # adaptive: an order
+    return tmp_path / "checkpoints" / "test" / "last.ckpt"
+
+
+def finetune(train_cfg, base, *overrides):
+    """train.py's `experiment=finetune` on the tiny settings, 4 steps, into checkpoints/ft."""
+    from train import train
+
+    cfg = train_cfg("experiment=finetune", f"init_from={base}", "trainer.max_steps=4", "trainer.val_check_interval=2",
+                    "logger=none", *overrides)
+    with open_dict(cfg):
+        cfg.run_name = "ft"
+    return train(cfg)
+
+
+@pytest.mark.parametrize("data", ["poets", "jsonl", "text"])
+def test_finetuning_keeps_the_base_vocabulary_plan_ids_and_order_and_records_its_start(tmp_path, train_cfg, base, data):
+    corpus = tmp_path / f"mine.{'jsonl' if data == 'jsonl' else 'txt'}"
+    texts = [t for t in POEMS for _ in range(10)]
+    corpus.write_text("\n".join(json.dumps({"text": t, "title": "月"}, ensure_ascii=False) if data == "jsonl" else t
+                                for t in texts), encoding="utf-8")
+    option = "data.poets=['李白']" if data == "poets" else f"data.corpus_path={corpus}"
+    finetune(train_cfg, base, option, *(["model.n_layer=4", "model.block_size=64"] if data == "text" else []))
+    tuned, saved = read_trained(tmp_path / "checkpoints" / "ft" / "last.ckpt"), read_trained(base)
+    assert tuned["hyper_parameters"]["tokenizer"] == saved["hyper_parameters"]["tokenizer"]
+    assert tuned["hyper_parameters"]["model"] == saved["hyper_parameters"]["model"]  # the base's shape, not the asked one
+    assert tuned["global_step"] == 4 and tuned["conditions"] == saved["conditions"]
+    record = tuned["finetuned"]
+    assert record["from"] == str(base) and record["poets"] == (["李白"] if data == "poets" else [])
+    assert record["train_poems"] == (16 * 3 if data == "poets" else sum(p["split"] == "train"
+                                                                           for p in read_user_corpus(corpus)))
+    order = "gpt.lm_head.id_rank"
+    assert torch.equal(tuned["state_dict"][order], saved["state_dict"][order])  # the base's cluster order
+    assert not torch.equal(tuned["state_dict"]["gpt.wte.weight"], saved["state_dict"]["gpt.wte.weight"])
+    engine = load_engine(tmp_path / "checkpoints" / "ft", tmp_path / "checkpoints")
+    assert plan_ids(engine.tokenizer) == plan_ids(load_engine(base, tmp_path / "checkpoints").tokenizer)
+    assert len(sample_poems(engine, SamplingOptions(num_samples=2, form="wujue", max_new_tokens=30))) == 2
+
+
+@pytest.mark.parametrize("content, match", [
+    ('{"text": "床前明月光，疑是地上霜。"}\n{"text": 3}\n', r"mine.jsonl:2: not a JSON object with a string field"),
+    ('{"text": "床前明月光，疑是地上霜。"}\nnot json\n', r"mine.jsonl:2: not a JSON object \(Expecting value\)"),
+    ("", r"holds no poem the corpus's cleaning rules keep \(the file is empty\)"),
+    ("The quick brown fox, jumps.\nOver the lazy dog.\n", r"\(line 1: bad-characters: CJK characters"),
+    ("ꦲꦏ꧀ꦱꦫ，ꦗꦮ。ꦲꦏ꧀ꦱꦫ，ꦗꦮ。\n", r"14 characters of the poems \(7 distinct, e.g. 'ꦲꦏ꧀ꦱꦫꦗꦮ'\) are outside"),
+    ("龘龘龘龘龘，齉齉齉齉齉。龘龘龘龘龘，齉齉齉齉齉。\n", r"20 characters of the poems \(2 distinct, e.g. '龘齉'\) are "
+                                                   r"outside the base model's vocabulary"),
+])
+def test_a_corpus_that_cannot_be_trained_on_is_refused_in_one_line_and_nothing_is_written(
+        tmp_path, train_cfg, base, content, match):
+    corpus = tmp_path / ("mine.jsonl" if content.startswith("{") else "mine.txt")
+    corpus.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=match) as err:
+        finetune(train_cfg, base, f"data.corpus_path={corpus}")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "checkpoints" / "ft").exists()
+
+
+def test_a_poet_the_corpus_lacks_and_a_missing_base_are_refused(tmp_path, train_cfg, base):
+    with pytest.raises(ValueError, match="data.poets: 李百 has no training poem in the corpus; nearest authors: 李白"):
+        finetune(train_cfg, base, "data.poets=['李百']")
+    with pytest.raises(FileNotFoundError):
+        finetune(train_cfg, tmp_path / "nowhere.ckpt")
+    from train import train
+    with pytest.raises(ValueError, match="experiment=finetune needs init_from="):
+        train(train_cfg("experiment=finetune", "logger=none"))
+    assert not (tmp_path / "checkpoints" / "ft").exists()
+
+
+def test_the_run_name_says_what_it_read():
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        names = [compose("train", overrides=o).run_name for o in (
+            [], ["experiment=ci"], ["experiment=finetune", "init_from=x", "data.poets=['李白','杜甫']"],
+            ["experiment=finetune", "init_from=x", "data.corpus_path=/tmp/my poems.txt"])]
+    assert [n.split("-", 2)[2].rsplit("-", 1)[0] for n in names] == [
+        "tiny-sdpa-char", "tiny-sdpa-char-ci", "tiny-sdpa-char-ft-libai_dufu", "tiny-sdpa-char-ft-mypoems"]
+    assert finetune_tag([], "data/corpus/诗.txt") == "ft-corpus"
+
+
+def test_torchrun_without_trainer_ddp_trains_as_lightning_would(monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    for key, value in {"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(key, value)
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        trainer = compose("train").trainer  # trainer=auto: no strategy key, a struct
+    ddp_strategy(trainer, 300)
+    assert trainer.devices == 2 and trainer.num_nodes == 2
+    assert trainer.strategy["_target_"] == "lightning.pytorch.strategies.DDPStrategy"
