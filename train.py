@@ -4,6 +4,8 @@ Composes the Hydra config (conf/train.yaml), checks that the attention backend c
 here, prepares the corpus, then fits with Lightning. Checkpoints: checkpoints/<run_name>/;
 logs, wandb run and attention PNGs: logs/<run_name>/. `ckpt_path=last` resumes the newest
 run (docs/training.md, "Resume and interruption"); SIGTERM or Ctrl-C saves the step and exits 143 / 130.
+`experiment=finetune init_from=<checkpoint>` continues a trained model on a poet's poems or a corpus
+of your own, with the base's shape and vocabulary (docs/finetuning.md, `model.training.finetune`).
 """
 from __future__ import annotations
 
@@ -60,8 +62,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     raises ValueError / FileNotFoundError before any training for a bad `ckpt_path` (missing,
     another shape, vocabulary or number of loader workers) or a run folder that already holds
-    checkpoints; NonFiniteLossError (a ValueError) at the first NaN loss; TrainingInterrupted
-    (SystemExit 143 or 130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
+    checkpoints; the same before any training for a bad `init_from`, `data.poets` or user corpus (a
+    line that is no poem's record, no poem, characters outside the base's vocabulary);
+    NonFiniteLossError (a ValueError) at the first NaN loss; TrainingInterrupted (SystemExit 143 or
+    130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
     L.seed_everything(cfg.seed, workers=True)
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None

@@ -29,6 +29,7 @@ Prints a table, writes `benchmarks/results/conditions-cpu.json`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -44,6 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from benchmarks import fixed_time  # noqa: E402
 from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
 from data.corpus_io import iter_corpus  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
@@ -221,7 +223,7 @@ def copy_rate(poems: list[str], reference: set[str]) -> float:
 def poet_bpc(engine, poet: str) -> float:
     """`val/bpc` of a model on one poet's held-out poems (`poems` protocol, as the data module of a
     fine-tuning run on that poet frames them with the model's vocabulary)."""
-    dm = PoetryDataModule(str(CORPUS), str(ROOT / "data" / "cache"), block_size=engine.model.cfg.block_size,
+    dm = PoetryDataModule(str(CORPUS), str(fixed_time.CACHE), block_size=engine.model.cfg.block_size,
                           plan_tokens=True, conditions=(engine.conditions or {}).get("shares"), poets=[poet],
                           base_tokenizer=engine.tokenizer)
     dm.prepare_data()
@@ -230,33 +232,43 @@ def poet_bpc(engine, poet: str) -> float:
     return round(float(nats.sum() / chars.sum() / math.log(2)), 4)
 
 
+def free_rhyme(poems: list[str], script: str, lines: frozenset[str]) -> float | None:
+    """`rhyme_regulated` of free poems (the share of the regular-form ones whose even lines rhyme), 4 places."""
+    rate = poem_metrics(poems, script, lines)["rhyme_regulated"]
+    return None if rate is None else round(rate, 4)
+
+
 def finetune_voices(base, train: list[dict], val: list[dict], n_poets: int, n_poems: int, overrides=(),
-                    named=()) -> dict:
+                    named=(), workdir: Path = ROOT) -> dict:
     """Goal 3 of issue 53 (docs/finetuning.md): the `n_poets` most prolific poets, each fine-tuned from
     `base` alone by `python train.py experiment=finetune` (a process of its own, timed whole), then
     `n_poems` free poems of it: the share the classifier attributes to the poet, their copy rate of
     5-character runs from the poet's training lines beside the poet's own held-out poems' (against the
     poet's training lines, and against the whole training corpus), the poet's held-out `val/bpc`
     before and after, free rhyme (`rhyme_regulated`) before and after, and the minutes. named: these
-    poets instead (an A/B on one)."""
+    poets instead (an A/B on one); workdir: where the runs' checkpoints/ and logs/ go."""
     poets = list(named) or list(known_poets(base))[:n_poets]
     vec, clf = poet_classifier(train, list(known_poets(base)))
     corpus_runs = set(runs5([p["text"] for p in train]))
     lines = training_lines(str(CORPUS), base.script)
     opts = SamplingOptions(num_samples=n_poems, seed=5)
-    base_rhyme = poem_metrics(sample_poems(base, opts), base.script, lines)["rhyme_regulated"]
+    base_rhyme = free_rhyme(sample_poems(base, opts), base.script, lines)
     out = []
     for poet in poets:
-        tag = finetune_tag([poet], "")
-        run = f"bench-{tag}"
-        shutil.rmtree(ROOT / "checkpoints" / run, ignore_errors=True)
-        shutil.rmtree(ROOT / "logs" / run, ignore_errors=True)
+        run = f"bench-{finetune_tag([poet], '')}" + (f"-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:6]}"
+                                                      if overrides else "")  # each variant a folder of its own
+        checkpoints, logs = workdir / "checkpoints", workdir / "logs"
+        shutil.rmtree(checkpoints / run, ignore_errors=True)
+        shutil.rmtree(logs / run, ignore_errors=True)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "train.py", "experiment=finetune", f"init_from={base.path}",
-                        f"data.poets=['{poet}']", f"run_name={run}", *overrides], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run([sys.executable, "train.py", "experiment=finetune", f"init_from={base.path}",
+                               f"data.poets=['{poet}']", f"run_name={run}", f"data.corpus_path={CORPUS}",
+                               f"data.cache_dir={fixed_time.CACHE}", f"paths.checkpoint_dir={checkpoints}",
+                               f"paths.log_dir={logs}", *overrides], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"fine-tuning {poet} failed:\n{done.stderr[-2000:]}")
         minutes = (time.perf_counter() - start) / 60
-        tuned = load_engine(str(ROOT / "checkpoints" / run), str(ROOT / "checkpoints"), "cpu")
+        tuned = load_engine(str(checkpoints / run), str(checkpoints), "cpu")
         poems = sample_poems(tuned, opts)
         own_train = set(runs5([p["text"] for p in train if p["author"] == poet]))
         own_held = [p["text"] for p in val if p["author"] == poet]
@@ -265,8 +277,7 @@ def finetune_voices(base, train: list[dict], val: list[dict], n_poets: int, n_po
                     "copy": copy_rate(poems, own_train), "poet_own_copy": copy_rate(own_held, own_train),
                     "poet_own_copy_corpus": copy_rate(own_held, corpus_runs),
                     "val_bpc_before": poet_bpc(base, poet), "val_bpc_after": poet_bpc(tuned, poet),
-                    "rhyme_before": round(base_rhyme, 4),
-                    "rhyme_after": round(poem_metrics(poems, base.script, lines)["rhyme_regulated"], 4),
+                    "rhyme_before": base_rhyme, "rhyme_after": free_rhyme(poems, base.script, lines),
                     "examples": poems[:3]})
         print(json.dumps({k: v for k, v in out[-1].items() if k != "examples"}, ensure_ascii=False), flush=True)
     return {"poems": n_poems, "overrides": list(overrides), "poets": out}
@@ -309,6 +320,7 @@ def main(argv=None) -> None:
                    help="which figures, comma-separated (default: all)")
     p.add_argument("--override", action="append", default=[], help="a train.py override for the fine-tuning runs")
     p.add_argument("--finetune-poet", action="append", default=[], help="fine-tune this poet (instead of the top ones)")
+    p.add_argument("--finetune-dir", type=Path, default=ROOT, help="where the fine-tuned runs go (default: the project)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="the JSON's folder")
     args = p.parse_args(argv)
     engine = load_engine(args.ckpt, str(ROOT / "checkpoints"), "cpu")
@@ -328,7 +340,7 @@ def main(argv=None) -> None:
                                                       "layers": probe_with_title(engine)}),
                "finetune": ("finetune", lambda: finetune_voices(engine, train, val, args.finetune_poets,
                                                                 args.finetune_poems, args.override,
-                                                                args.finetune_poet))}
+                                                                args.finetune_poet, args.finetune_dir))}
     if bad := parts - set(figures):
         raise SystemExit(f"--parts: unknown {sorted(bad)}; the parts are {', '.join(figures)}")
     for part in PARTS:

@@ -166,8 +166,14 @@ def test_conditions(tmp_path, monkeypatch):
     monkeypatch.setattr(fixed_time, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(conditions, "NANOGPT", {**fixed_time.NANOGPT, "block_size": 16})
     conditions.main([*SMALL["python benchmarks/conditions.py"], "--ckpt", str(tmp_path / "checkpoints" / "test"),
-                     "--out", str(tmp_path / "results")])
+                     "--out", str(tmp_path / "results"), "--finetune-dir", str(tmp_path), "--finetune-poets", "1",
+                     "--finetune-poems", "3", *(f"--override={o}" for o in (*CALLBACKS_OFF, "logger=none",
+                                                                            "trainer.max_steps=2",
+                                                                            "trainer.val_check_interval=1"))])
     r = json.loads((tmp_path / "results" / "conditions-cpu.json").read_text())
     assert set(r["title_bpc"]) == {"poems", "blocks"} and r["poet"]["poets"] == 2 and r["relevance"]["titles"] == 2
     assert r["title_bpc"]["poems"]["interval_95"][0] <= r["title_bpc"]["poems"]["difference"]
     assert len(r["probe_with_title"]["layers"]) == cfg.model.n_layer
+    tuned = r["finetune"]["poets"][0]
+    assert tuned["poet"] == "李白" and 0 <= tuned["attributed"] <= 1 and tuned["val_bpc_after"] != tuned["val_bpc_before"]
+    assert len(list((tmp_path / "checkpoints").glob("bench-ft-libai-*/last.ckpt"))) == 1  # a variant's own folder

@@ -128,3 +128,18 @@ def test_torchrun_without_trainer_ddp_trains_as_lightning_would(monkeypatch):
     ddp_strategy(trainer, 300)
     assert trainer.devices == 2 and trainer.num_nodes == 2
     assert trainer.strategy["_target_"] == "lightning.pytorch.strategies.DDPStrategy"
+
+
+def test_a_stopped_finetuning_run_resumes_with_its_own_vocabulary(tmp_path, train_cfg, base):
+    from train import train
+
+    finetune(train_cfg, base, "data.poets=['李白']")
+    first = read_trained(tmp_path / "checkpoints" / "ft" / "last.ckpt")
+    cfg = train_cfg("experiment=finetune", f"ckpt_path={tmp_path / 'checkpoints' / 'ft'}", "data.poets=['李白']",
+                    "trainer.max_steps=6", "trainer.val_check_interval=2", "logger=none")  # no init_from
+    with open_dict(cfg):
+        cfg.run_name = "ft2"
+    train(cfg)
+    resumed = read_trained(tmp_path / "checkpoints" / "ft2" / "last.ckpt")
+    assert resumed["global_step"] == 6 and resumed["finetuned"] == first["finetuned"]
+    assert resumed["hyper_parameters"]["tokenizer"] == first["hyper_parameters"]["tokenizer"]

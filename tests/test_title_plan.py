@@ -12,14 +12,7 @@ from tests.conftest import POEMS, write_corpus
 from tests.test_conditions import conditioned
 
 TITLES = ["靜夜思", "登鸛雀樓", "春曉", "江雪", "相思", "早發白帝城"]
-TEXTS = [
-    "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。",
-    "白日依山盡，黃河入海流。欲窮千里目，更上一層樓。",
-    "春眠不覺曉，處處聞啼鳥。夜來風雨聲，花落知多少。",
-    "千山鳥飛絕，萬徑人蹤滅。孤舟蓑笠翁，獨釣寒江雪。",
-    "紅豆生南國，春來發幾枝。願君多采擷，此物最相思。",
-    "朝辭白帝彩雲間，千里江陵一日還。兩岸猿聲啼不住，輕舟已過萬重山。",
-]
+TEXTS = POEMS  # the six poems, traditional script, their titles above
 
 
 @pytest.fixture(scope="module")
