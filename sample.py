@@ -32,7 +32,7 @@ from model.loading import load_engine
 from model.sampling.conditions import known_poets
 from model.sampling.keywords import keyword_rows
 from model.sampling.poems import CI, SamplingOptions, poem_text, read_plans, resolve_control, row_tunes, stream_poems
-from model.sampling.title_plan import with_plan
+from model.sampling.title_plan import unplanned, with_plan
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -66,6 +66,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     if cfg.poets == "list":
         return list_poets(engine, out)
     planned = with_plan(engine, opts)  # a title without keywords: the words it plans, as keywords
+    if note := unplanned(opts, planned):
+        print(note, file=sys.stderr)
     start, steps = stream_poems(engine, planned)
     ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
     live = cfg.format == "text" and opts.num_samples == 1

@@ -7,7 +7,7 @@ import pytest
 from data.title_plan import TitlePlanner, load_planner
 from model.sampling import title_plan
 from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
-from model.sampling.title_plan import check_mode, plan_size, with_plan
+from model.sampling.title_plan import check_mode, plan_size, unplanned, with_plan
 from tests.conftest import POEMS, write_corpus
 from tests.test_conditions import conditioned
 
@@ -71,7 +71,10 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     assert with_plan(engine, SamplingOptions(title="静夜思", title_plan="hints")).keywords_forced is False
     rows = with_plan(engine, SamplingOptions(num_samples=2, title=["静夜思", "江雪"])).keywords
     assert rows == [planner.plan("靜夜思", 2), planner.plan("江雪", 2)]
-    assert with_plan(engine, SamplingOptions(title="杜甫")) == SamplingOptions(title="杜甫")  # no title shares a character
+    opts = SamplingOptions(title="杜甫")
+    assert with_plan(engine, opts) is opts  # no training title shares a character: the title alone, said in one line
+    assert unplanned(opts, with_plan(engine, opts)).startswith("title_plan: nothing planned for title=杜甫")
+    assert unplanned(opts, with_plan(engine, SamplingOptions(title="静夜思"))) == ""
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 
 

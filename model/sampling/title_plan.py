@@ -53,6 +53,17 @@ def plan_title(engine: Engine, title: str, form: str | None) -> list[str]:
     return planner(engine.script).plan(title, plan_size(form)) if title else []
 
 
+def unplanned(opts, planned) -> str:
+    """The line a caller prints when `with_plan` planned nothing for a title it was asked to plan
+    for ("" otherwise): `planned` is what `with_plan(engine, opts)` returned."""
+    has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
+    if planned is not opts or has_keywords or check_mode(opts.title_plan) is False or not any(
+            per_row(opts.title, opts.num_samples, "title")):
+        return ""
+    return (f"title_plan: nothing planned for title={opts.title} (no training title shares a character with it, "
+            "or control=soft, which forces nothing): the poem is written to the title alone")
+
+
 def with_plan(engine: Engine, opts):
     """`opts` (`SamplingOptions`) with its title's plan as keywords (one list per poem when the
     titles are one per poem), forced or as hints by `title_plan`; unchanged without a title, with
