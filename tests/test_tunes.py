@@ -142,7 +142,8 @@ def test_the_evaluation_ci_sets_keep_their_tunes_by_masks(lit):
     assert len(requests) == 18 and list(requests)[:4] == ["ci", "浣溪沙", "浣溪沙+rhyme", "浣溪沙+meter"]
     assert all(is_ci(fields) for fields in requests.values()) and not is_ci({"form": "wujue"})
     with_titles = sample_requests(["ci"], [], conditions_model=True)  # no masks: the tune as the title
-    assert len(with_titles) == 23 and with_titles["菩萨蛮+title"] == {"title": "菩萨蛮", "measured_as": "菩萨蛮"}
+    assert len(with_titles) == 23 and with_titles["菩萨蛮+title"] == {"title": "菩萨蛮", "title_plan": False,
+                                                                       "measured_as": "菩萨蛮"}
     assert is_ci(with_titles["菩萨蛮+title"]) and not is_ci({"title": "静夜思"})
     base = SamplingOptions(num_samples=4, seed=0, temperature=1.0, top_k=None, max_new_tokens=200)
     poems, rows = ci_sets(lit.engine, base, {k: requests[k] for k in ("ci", "菩萨蛮+meter", "ci+meter+keywords")}, 20)

@@ -57,9 +57,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class FiniteModelCheckpoint(ModelCheckpoint):
-    """Lightning's ModelCheckpoint, except that a non-finite monitored value (`val/loss` NaN
-    or inf) never makes a checkpoint one of the best: Lightning ranks NaN as the worst value
-    but still keeps the checkpoint while `save_top_k` has room, e.g. as the first best."""
+    """Lightning's ModelCheckpoint, except that
+    - a non-finite monitored value (`val/loss` NaN or inf) never makes a checkpoint one of the best:
+      Lightning ranks NaN as the worst value but still keeps the checkpoint while `save_top_k` has
+      room, e.g. as the first best;
+    - with `save_last`, `last.ckpt` is the last validation's step and, at the end, the run's last
+      step, whether or not `val/loss` improved there: Lightning 2.6 writes it only beside a new best,
+      so a run whose `val/loss` rose after step 100 (a fine-tuning run) kept step 100 as its "last"."""
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        self._save_last_if_behind(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        super().on_train_end(trainer, pl_module)
+        self._save_last_if_behind(trainer)
+
+    def _save_last_if_behind(self, trainer) -> None:
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer) \
+                and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def check_monitor_top_k(self, trainer, current: torch.Tensor | None = None) -> bool:
         if current is not None and not torch.isfinite(current):
