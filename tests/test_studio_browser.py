@@ -201,3 +201,40 @@ def test_a_head_switched_off_on_its_card_writes_the_next_poem_without_it(page, s
     write(page, ablate="L7H0")
     assert page.inner_text("#message").startswith("error: ablate: L7H0 is not a head of this model, which has layers 0–1")
     assert errors == []
+
+
+def test_the_title_plans_its_words_before_the_poem_and_the_user_edits_them(browser, tmp_path, monkeypatch):  # noqa: F811
+    """A model trained with conditions: typing a title shows the words it plans (plan 立意) before anything is
+    written; the words as edited are the poem's keywords."""
+    from data.title_plan import TitlePlanner
+    from data.tokenizer import CharTokenizer
+    from data.verse.plan import plan_labels
+    from data.verse.script import corpus_to_script
+    from model.sampling import title_plan
+    from model.training.lit import LitGPT
+    from tests.conftest import POEMS
+
+    texts = corpus_to_script(POEMS, "simplified")
+    planner = TitlePlanner.build(["静夜思", "登鹳雀楼", "春晓", "江雪", "相思", "早发白帝城"] * 3, texts * 3)
+    monkeypatch.setattr(title_plan, "planner", lambda script: planner)
+    tok = CharTokenizer.from_texts([*texts, "静夜思"], plan_labels(segments=True))
+    torch.manual_seed(0)
+    lit = LitGPT(model=dict(block_size=64, n_layer=1, n_head=2, n_embd=16), optim={}, tokenizer=tok.state_dict())
+    ckpt = tmp_path / "checkpoints" / "run" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict(),
+                "conditions": {"shares": {"title": 0.25, "poet": 0.25, "keywords": 0.1}, "poets": {}}}, ckpt)
+    with background(create_app(ckpt.parents[1])) as url:
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_function("window.studio && window.studio.ready")
+        page.locator('#options [name="form"]').select_option("wujue")
+        page.locator('#options [name="title"]').fill("静夜思")
+        page.locator('#options [name="title"]').dispatch_event("change")
+        page.wait_for_function("document.querySelector('#options [name=plan_words]').value !== ''")
+        words = planner.plan("静夜思", 2)
+        assert page.locator('#options [name="plan_words"]').input_value() == ",".join(words) and words
+        page.locator('#options [name="plan_words"]').fill(words[-1])  # the user keeps one of them
+        run = write(page)
+        assert words[-1] in run["poem"], run
+        page.close()
