@@ -32,7 +32,7 @@ from model.training.checkpoints import (
     check_same_workers,
     load_checkpoint,
 )
-from model.training.finetune import Base, finetune_record, follow_base
+from model.training.finetune import NEEDS_BASE, Base, check_resume, finetune_record, follow_base, is_finetuning
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted, collective_failure
 from model.training.lit import LitGPT, model_settings
 from model.training.progress import StepProgressBar
@@ -72,10 +72,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
     saved = load_checkpoint(ckpt_path) if ckpt_path else {}
     base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir) if cfg.get("init_from") else \
         Base.of(ckpt_path, saved) if saved.get("finetuned") else None  # resuming a fine-tuned run: its vocabulary
-    if base is None and str(cfg.get("run_tag", "")).startswith("-ft-"):
-        raise ValueError("experiment=finetune needs init_from=<a checkpoint or run folder> (the model to fine-tune)")
+    if saved.get("finetuned"):
+        check_resume(saved["finetuned"], cfg, ckpt_path)  # its own data and recipe, not the default's
+    if base is None and is_finetuning(cfg):
+        raise ValueError(NEEDS_BASE)
     if base is not None:
         follow_base(cfg, base)  # its shape, script, plan tokens and conditions: before anything reads them
+        log.info(f"fine-tuning {base.path} (step {base.ckpt.get('global_step')}"
+                 + (f", itself fine-tuned from {base.ckpt['finetuned']['from']}" if base.ckpt.get("finetuned") else "")
+                 + ")")
     model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)

@@ -205,11 +205,15 @@ class PoetryDataModule(L.LightningDataModule):
         source = spec if self.encoding.name == spec else str(Path(spec).expanduser().resolve())  # a file: absolute
         return TiktokenTokenizer.from_texts(self.encoding, texts, source, plan)
 
-    def prepare_data(self) -> None:
-        """Build the cached arrays if they are missing. Safe to interrupt: the folder
-        appears only once complete (written to a temporary folder, then renamed)."""
-        if (self.cache_dir / "meta.json").is_file():
-            return
+    def check_data(self) -> None:
+        """Read the corpora as `prepare_data` would and raise its errors (a user corpus's bad line, a
+        poet the corpus lacks, characters outside a base vocabulary), writing nothing: what a
+        fine-tuning run checks before Hydra writes its folder (`model.training.finetune.CheckFineTuning`)."""
+        self._read()
+
+    def _read(self) -> tuple[dict, dict, dict, Tokenizer]:
+        """(poems by corpus, their texts in the script, their titles and authors by field when there are
+        conditions, the tokenizer: the base's, or one built from them). raises as `prepare_data`."""
         corpora = {path: load_corpus(path) for path in self.corpora}
         if self.poets:
             corpora = poets_poems(corpora, self.poets, self.script)
@@ -224,6 +228,14 @@ class PoetryDataModule(L.LightningDataModule):
                      for f, by_path in names.items()}  # a title or name it cannot write is not given
         else:
             tok = self._build_tokenizer([t for field in (texts, *names.values()) for ts in field.values() for t in ts])
+        return corpora, texts, names, tok
+
+    def prepare_data(self) -> None:
+        """Build the cached arrays if they are missing. Safe to interrupt: the folder
+        appears only once complete (written to a temporary folder, then renamed)."""
+        if (self.cache_dir / "meta.json").is_file():
+            return
+        corpora, texts, names, tok = self._read()
         arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(self.corpus_path, "val")],
                   **({"val_titled": [(self.corpus_path, "val")]} if self.conditions else {}),
                   **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}

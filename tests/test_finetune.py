@@ -115,8 +115,8 @@ def test_the_run_name_says_what_it_read():
             [], ["experiment=ci"], ["experiment=finetune", "init_from=x", "data.poets=['李白','杜甫']"],
             ["experiment=finetune", "init_from=x", "data.corpus_path=/tmp/my poems.txt"])]
     assert [n.split("-", 2)[2].rsplit("-", 1)[0] for n in names] == [
-        "tiny-sdpa-char", "tiny-sdpa-char-ci", "tiny-sdpa-char-ft-libai_dufu", "tiny-sdpa-char-ft-mypoems"]
-    assert finetune_tag([], "data/corpus/诗.txt") == "ft-corpus"
+        "tiny-sdpa-char", "tiny-sdpa-char-ci", "tiny-sdpa-char-ft-libai_dufu", "tiny-sdpa-char-ft-mypoems_txt"]
+    assert finetune_tag([], "data/corpus/诗.txt") == "ft-_txt" and finetune_tag([], "诗") == "ft-corpus"
 
 
 def test_torchrun_without_trainer_ddp_trains_as_lightning_would(monkeypatch):
@@ -143,3 +143,38 @@ def test_a_stopped_finetuning_run_resumes_with_its_own_vocabulary(tmp_path, trai
     resumed = read_trained(tmp_path / "checkpoints" / "ft2" / "last.ckpt")
     assert resumed["global_step"] == 6 and resumed["finetuned"] == first["finetuned"]
     assert resumed["hyper_parameters"]["tokenizer"] == first["hyper_parameters"]["tokenizer"]
+
+
+def test_a_refused_finetuning_run_writes_nothing_and_says_one_line(tmp_path, base):
+    """Through Hydra, as a user runs it: the check runs before Hydra makes the run's folder."""
+    import subprocess
+    import sys
+
+    from tests.conftest import tiny_overrides
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    before = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    for option in (f"data.corpus_path={empty}", "data.poets=['李百']"):
+        tang = tmp_path / "corpus" / "tang.jsonl.xz"
+        overrides = [o for o in tiny_overrides(tmp_path, tang) if not o.startswith("data.corpus_path")] + \
+            ([] if "corpus_path" in option else [f"data.corpus_path={tang}"])
+        done = subprocess.run([sys.executable, "train.py", "experiment=finetune", f"init_from={base}", option,
+                               *overrides], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("error: "), done.stderr
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == before
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["test"]
+
+
+def test_a_finetuned_run_resumed_on_other_data_is_refused(tmp_path, train_cfg, base):
+    from train import train
+
+    finetune(train_cfg, base, "data.poets=['李白']")
+    for options in (["data.poets=['孟浩然']", "experiment=finetune"], []):
+        cfg = train_cfg(*options, f"ckpt_path={tmp_path / 'checkpoints' / 'ft'}", "logger=none")
+        with open_dict(cfg):
+            cfg.run_name = "ft3"
+        with pytest.raises(ValueError, match=r"is a fine-tuning run on 李白: resume it as it was started, python "
+                                             r"train.py experiment=finetune \"data.poets=\[李白\]\" ckpt_path="):
+            train(cfg)

@@ -60,8 +60,8 @@ def unplanned(opts, planned) -> str:
     if planned is not opts or has_keywords or check_mode(opts.title_plan) is False or not any(
             per_row(opts.title, opts.num_samples, "title")):
         return ""
-    return (f"title_plan: nothing planned for title={opts.title} (no training title shares a character with it, "
-            "or control=soft, which forces nothing): the poem is written to the title alone")
+    why = "control=soft forces nothing" if opts.control == "soft" else "no training title shares a character with it"
+    return f"title_plan: nothing planned for title={opts.title} ({why}): the poem is written to the title alone"
 
 
 def with_plan(engine: Engine, opts):

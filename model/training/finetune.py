@@ -12,15 +12,19 @@ checkpoint's settings.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.experimental.callback import Callback
+from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from data.verse.plan import plan_ids
+from model.cli import USER_ERRORS
 from model.loading import config_fields, find_checkpoint, read_trained, weights_sha
 from model.training.checkpoints import FREE_ON_RESUME
 
@@ -56,11 +60,11 @@ class Base:
         return self.ckpt.get("conditions")
 
 
-def follow_base(cfg: DictConfig, base: Base) -> None:
+def follow_base(cfg: DictConfig, base: Base, say=log.info) -> None:
     """Set, in place, what the run must share with its base: every GPTConfig field of conf/model
     (n_layer, n_embd, block_size, ...; not `dropout` and the attention backend, free as on resume),
     `data.script`, `data.plan_tokens` and `data.conditions`' shares (none for a base without
-    condition markers). Said in the log where it changes a value."""
+    condition markers). Said (`say`, the log) where it changes a value."""
     hp = base.ckpt["hyper_parameters"]
     ids = plan_ids(base.tokenizer)
     wanted = {**{f"model.{k}": v for k, v in config_fields(hp["model"]).items()
@@ -71,7 +75,7 @@ def follow_base(cfg: DictConfig, base: Base) -> None:
         for key, value in wanted.items():
             group, name = key.split(".")
             if cfg[group].get(name) != value:
-                log.info(f"{key}={value}: as the base {base.path} (fine-tuning keeps it)")
+                say(f"{key}={value}: as the base {base.path} (fine-tuning keeps it)")
                 cfg[group][name] = value
 
 
@@ -86,10 +90,58 @@ def finetune_record(base: Base, cfg: DictConfig, meta: dict) -> dict:
 
 def finetune_tag(poets, corpus_path: str) -> str:
     """The part of a fine-tuning run's name that says what it read (conf/experiment/finetune.yaml):
-    `ft-<poets in pinyin, joined by _>` (李白 → ft-libai), else `ft-<the corpus file's stem>`,
+    `ft-<poets in pinyin, joined by _>` (李白 → ft-libai), else `ft-<the corpus file's name>` (my.txt → ft-my_txt),
     ASCII letters, digits, `_` and `-` only, at most 40 characters."""
     from pypinyin import lazy_pinyin
 
     names = [str(p) for p in poets or ()]
-    what = "_".join("".join(lazy_pinyin(n)) for n in names) if names else Path(str(corpus_path)).name.split(".")[0]
+    what = "_".join("".join(lazy_pinyin(n)) for n in names) if names else Path(str(corpus_path)).name.replace(".", "_")
     return "ft-" + (re.sub(r"[^A-Za-z0-9_-]+", "", what)[:40] or "corpus")
+
+
+NEEDS_BASE = "experiment=finetune needs init_from=<a checkpoint or run folder> (the model to fine-tune)"
+
+
+def is_finetuning(cfg: DictConfig) -> bool:
+    """Whether a training config is a fine-tuning run (`init_from`, or `experiment=finetune`'s run_tag)."""
+    return bool(cfg.get("init_from")) or str(cfg.get("run_tag", "")).startswith("-ft-")
+
+
+def check_finetuning(cfg: DictConfig) -> Base | None:
+    """The base of a fine-tuning config, its data read and checked as the run will read it (nothing
+    written); None for a config that fine-tunes nothing or resumes. raises ValueError /
+    FileNotFoundError in one line: `experiment=finetune` without `init_from`, a base that is not a
+    checkpoint, a poet the corpus lacks, a user corpus's bad line or no poem, characters outside the
+    base's vocabulary."""
+    if not is_finetuning(cfg) or cfg.get("ckpt_path"):
+        return None
+    if not cfg.get("init_from"):
+        raise ValueError(NEEDS_BASE)
+    base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir)
+    cfg = copy.deepcopy(cfg)
+    follow_base(cfg, base, say=lambda line: None)  # the run says it
+    instantiate(cfg.data, base_tokenizer=base.tokenizer).check_data()
+    return base
+
+
+def check_resume(record: dict, cfg: DictConfig, path: Path) -> None:
+    """raises ValueError where a fine-tuned checkpoint (its `finetuned` record) is resumed on other data
+    or without `experiment=finetune`: the run would go on with the default's steps or another corpus."""
+    poets, corpus = list(cfg.data.get("poets") or []), Path(cfg.data.corpus_path).name
+    if str(cfg.get("run_tag", "")).startswith("-ft-") and poets == record["poets"] and corpus == record["corpus"]:
+        return
+    data = f'"data.poets=[{",".join(record["poets"])}]"' if record["poets"] else f"data.corpus_path=<{record['corpus']}>"
+    raise ValueError(f"{path} is a fine-tuning run on {', '.join(record['poets']) or record['corpus']}: resume it as "
+                     f"it was started, python train.py experiment=finetune {data} ckpt_path={path.parent}")
+
+
+class CheckFineTuning(Callback):
+    """Hydra callback (conf/hydra/default.yaml): a fine-tuning run's base and data checked in
+    `on_run_start` (`check_finetuning`), before Hydra writes the run's folder, so a refused run
+    writes nothing and says why in one line (exit status 1)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            check_finetuning(config)
+        except USER_ERRORS as err:
+            raise SystemExit(f"error: {err}") from None
