@@ -50,6 +50,7 @@ def test_the_index_is_cached_and_reads_back_the_same(tmp_path, planner):
 
 def test_plan_sizes_and_modes():
     assert [plan_size(f) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 2, 2]
+    assert [plan_size("ci", t) for t in ("浣溪沙", "如梦令")] == [2, 1]  # a stanza each
     assert [check_mode(m) for m in (True, "true", False, "false", "hints")] == [True, True, False, False, "hints"]
     with pytest.raises(ValueError, match="title_plan='maybe' is not one of true"):
         check_mode("maybe")

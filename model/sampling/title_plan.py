@@ -4,10 +4,10 @@ to the keyword machinery as it is: forced (`title_plan=true`, the default; `mode
 places them where the model chooses), as hints in the condition segment (`title_plan=hints`, a model
 trained with conditions), or not at all (`title_plan=false`).
 
-How many words: one per couplet of the form (a 绝句 2, a 律诗 4), two for a poem of free form or a
-词 (one per stanza of the commonest tunes). A title the corpus never used (no character of it in a
-training title) plans nothing, and the poem is written to the title alone, as with
-`title_plan=false`; `plan_title` says so in one line for a caller that asks for the words.
+How many words: one per couplet of the form (a 绝句 2, a 律诗 4), one per stanza of a 词's tune (its
+commonest template: 浣溪沙 2, 如梦令 1), two for a poem of free form or a 词 of no tune given. A
+title the corpus never used (no character of it in a training title) plans nothing, and the poem
+is written to the title alone, as with `title_plan=false`; `unplanned` is the line that says so.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 from data.title_plan import TitlePlanner, load_planner
 from data.tokenizer import CharTokenizer
 from data.verse.poetry import FORMS
+from data.verse.tunes import find_tune, tunes
 from model.engine import Engine
 from model.sampling.conditions import check_title, per_row
 
@@ -28,8 +29,11 @@ CACHE_DIR = DATA_DIR / "cache"
 PLAN_MODES = (True, False, "hints")
 
 
-def plan_size(form: str | None) -> int:
-    """Words planned for a poem of `form` (module docstring): a couplet each, else 2."""
+def plan_size(form: str | None, tune: str = "") -> int:
+    """Words planned for a poem of `form`, or a 词 to `tune` (either script) (module docstring): a
+    couplet each, a stanza each, else 2. raises ValueError for an unknown tune."""
+    if tune:
+        return 1 if tunes()[find_tune(tune)][0].stanza is None else 2
     return FORMS[form][0] // 2 if form in FORMS else 2
 
 
@@ -46,11 +50,12 @@ def planner(script: str) -> TitlePlanner:
     return load_planner(str(CORPUS), str(CACHE_DIR), script)
 
 
-def plan_title(engine: Engine, title: str, form: str | None) -> list[str]:
-    """The words planned for one title (either script; checked as `check_title`), in the model's
-    script; [] for no title. raises ValueError as `check_title`."""
+def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> list[str]:
+    """The words planned for one title (either script; checked as `check_title`) of a poem of `form`
+    or a 词 to `tune`, in the model's script; [] for no title. raises ValueError as `check_title`,
+    `plan_size`."""
     title = check_title(engine, title)
-    return planner(engine.script).plan(title, plan_size(form)) if title else []
+    return planner(engine.script).plan(title, plan_size(form, tune)) if title else []
 
 
 def unplanned(opts, planned) -> str:
@@ -78,7 +83,7 @@ def with_plan(engine: Engine, opts):
     if mode is False or has_keywords or not any(per_row(opts.title, opts.num_samples, "title")):
         return opts
     form = None if opts.tune else opts.form
-    rows = [[w for w in plan_title(engine, t, form) if not engine.tokenizer.unknown(w)]
+    rows = [[w for w in plan_title(engine, t, form, opts.tune) if not engine.tokenizer.unknown(w)]
             for t in per_row(opts.title, opts.num_samples, "title")]
     if not any(rows):
         return opts

@@ -314,7 +314,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         try:
             engine = (await anyio.to_thread.run_sync(engine_for, q.get("ckpt_path") or None))[0]
             form = None if q.get("tune") else q.get("form") or None
-            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form)
+            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form, q.get("tune", ""))
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
         return Response(json.dumps({"words": words}, ensure_ascii=False), media_type="application/json")
