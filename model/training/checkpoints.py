@@ -74,9 +74,14 @@ class FiniteModelCheckpoint(ModelCheckpoint):
         self._save_last_if_behind(trainer)
 
     def _save_last_if_behind(self, trainer) -> None:
+        """`last.ckpt` at this step, unless it is there already or the monitored value is not finite
+        (a run gone NaN leaves no checkpoint of it, as before)."""
+        candidates = self._monitor_candidates(trainer)
+        current = candidates.get(self.monitor) if self.monitor else None
         if self.save_last and not self._should_skip_saving_checkpoint(trainer) \
-                and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+                and self._last_global_step_saved != trainer.global_step \
+                and (current is None or torch.isfinite(current)):
+            self._save_last_checkpoint(trainer, candidates)
 
     def check_monitor_top_k(self, trainer, current: torch.Tensor | None = None) -> bool:
         if current is not None and not torch.isfinite(current):

@@ -24,7 +24,6 @@ from omegaconf import DictConfig, open_dict
 
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from data.verse.plan import plan_ids
-from model.cli import USER_ERRORS
 from model.loading import config_fields, find_checkpoint, read_trained, weights_sha
 from model.training.checkpoints import FREE_ON_RESUME
 
@@ -143,5 +142,5 @@ class CheckFineTuning(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
             check_finetuning(config)
-        except USER_ERRORS as err:
+        except (ValueError, FileNotFoundError) as err:  # bad input: one line, as the entry points say it
             raise SystemExit(f"error: {err}") from None
