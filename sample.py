@@ -98,7 +98,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     plans = read_plans(tok, rows)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
-    chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None)}  # in force
+    chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None),
+               "keywords_forced": planned.keywords_forced}  # in force (title_plan=hints: the plan's words as hints)
     keywords = keyword_rows(planned.keywords, len(poems))  # as cleaned: one tuple for every poem, or one each
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):

@@ -78,9 +78,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise ValueError(NEEDS_BASE)
     if base is not None:
         follow_base(cfg, base)  # its shape, script, plan tokens and conditions: before anything reads them
-        log.info(f"fine-tuning {base.path} (step {base.ckpt.get('global_step')}"
-                 + (f", itself fine-tuned from {base.ckpt['finetuned']['from']}" if base.ckpt.get("finetuned") else "")
-                 + ")")
+        if ckpt_path and cfg.get("init_from"):
+            log.info(f"init_from={cfg.init_from} is not read: resuming {ckpt_path}, a fine-tuning run, from its own weights")
+        elif not ckpt_path:
+            log.info(f"fine-tuning {base.path} (step {base.ckpt.get('global_step')}"
+                     + (f", itself fine-tuned from {base.ckpt['finetuned']['from']}" if base.ckpt.get("finetuned") else "")
+                     + ")")
     model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
@@ -119,6 +122,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if base is not None:  # fine-tuned: the base's weights, the poets it knows, a record of both runs' data
         model.conditions = base.conditions
         model.finetuned = saved.get("finetuned") or finetune_record(base, cfg, datamodule.meta)
+        held = model.finetuned["val_poems"]
+        log.info(f"fine-tuning data: {model.finetuned['train_poems']:,} training poems, {held:,} held out"
+                 + (": val/loss rests on them alone" if held < 10 else ""))
         if not ckpt_path:
             load_weights(model, base.ckpt["state_dict"], base.path)
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later

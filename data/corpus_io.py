@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+import math
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -22,10 +23,14 @@ FIELDS = ("id", "title", "author", "form", "split", "text")
 """The shipped corpus's schema, one JSON object a poem."""
 
 
+def split_hash(poem_id: str, seed: int = SPLIT_SEED) -> int:
+    """The seeded hash of a poem id that the split rule compares, in [0, 2**64)."""
+    return int.from_bytes(hashlib.sha1(f"{seed}:{poem_id}".encode()).digest()[:8], "big")
+
+
 def split_of(poem_id: str, seed: int = SPLIT_SEED, val_fraction: float = VAL_FRACTION) -> str:
     """'val' for a seeded, hash-chosen `val_fraction` of poem ids, else 'train'."""
-    digest = hashlib.sha1(f"{seed}:{poem_id}".encode()).digest()
-    return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
+    return "val" if split_hash(poem_id, seed) < val_fraction * 2**64 else "train"
 
 
 def _user_record(line: str, jsonl: bool, where: str) -> dict:
@@ -50,16 +55,16 @@ def _user_record(line: str, jsonl: bool, where: str) -> dict:
 
 def read_user_corpus(path: str | Path) -> list[dict]:
     """A corpus a user brings, as the shipped corpus's records (`FIELDS`): a `.jsonl` file in the
-    shipped schema (only `text` required; `title`, `author` default to "", `split` to the shipped
-    rule `split_of` over the `id`, or the text when there is none), or any other file as plain
+    shipped schema (only `text` required; `title`, `author` default to ""; where a record has no
+    `split`, `VAL_FRACTION` of those poems exactly, at least one, are held out: those whose
+    `split_hash` of the `id`, or of the text, is lowest), or any other file as plain
     text, one poem a line. Each text passes the shipped corpus's cleaning rules
     (`data.verse.poetry.clean_poem`: notes and spaces dropped; a poem of other than CJK characters
-    and line marks, or of fewer than two lines, is dropped) and gets its form (`form_of`). If no
-    poem is held out (a small file), the last one is.
+    and line marks, or of fewer than two lines, is dropped) and gets its form (`form_of`).
 
     raises FileNotFoundError for a missing file; ValueError in one line for a file that is not
     UTF-8, a JSONL line that is not a poem's record (its line number), or a file with no poem the
-    rules keep (the first line's reason)."""
+    rules keep (the first line's reason), or with one."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data.corpus_path={path}: no such file")
@@ -77,16 +82,19 @@ def read_user_corpus(path: str | Path) -> list[dict]:
         if text is None:
             first_drop = first_drop or f"line {number}: {reason}"
             continue
-        key = record.get("id") or text
         poems.append({"id": record.get("id") or hashlib.sha1(text.encode()).hexdigest()[:16],
                       "title": record.get("title", ""), "author": record.get("author", ""), "form": form_of(text),
-                      "split": record.get("split") or split_of(key), "text": text})
+                      "split": record.get("split", ""), "text": text})
     if not poems:
         raise ValueError(f"{path} holds no poem the corpus's cleaning rules keep"
                          + (f" ({first_drop}: CJK characters and line marks, two lines at least)" if first_drop else
                             " (the file is empty)"))
-    if all(p["split"] == "train" for p in poems) and len(poems) > 1:
-        poems[-1]["split"] = "val"
+    if len(poems) < 2:
+        raise ValueError(f"{path} holds 1 poem the cleaning rules keep; a corpus needs 2 at least (one is held out)")
+    unsplit = sorted((p for p in poems if not p["split"]), key=lambda p: split_hash(p["id"]))
+    held = min(max(1, math.ceil(VAL_FRACTION * len(unsplit))), len(unsplit) - 1)
+    for i, p in enumerate(unsplit):
+        p["split"] = "val" if i < held else "train"
     return poems
 
 

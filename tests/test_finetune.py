@@ -15,7 +15,7 @@ from data.verse.plan import plan_ids
 from data.verse.poetry import form_of
 from model.loading import load_engine, read_trained
 from model.sampling.poems import SamplingOptions, sample_poems
-from model.training.finetune import finetune_tag
+from model.training.finetune import check_finetuning, finetune_tag
 from model.training.runtime import ddp_strategy
 from tests.conftest import POEMS, ROOT
 
@@ -84,8 +84,8 @@ def test_finetuning_keeps_the_base_vocabulary_plan_ids_and_order_and_records_its
     ('{"text": "床前明月光，疑是地上霜。"}\nnot json\n', r"mine.jsonl:2: not a JSON object \(Expecting value\)"),
     ("", r"holds no poem the corpus's cleaning rules keep \(the file is empty\)"),
     ("The quick brown fox, jumps.\nOver the lazy dog.\n", r"\(line 1: bad-characters: CJK characters"),
-    ("ꦲꦏ꧀ꦱꦫ，ꦗꦮ。ꦲꦏ꧀ꦱꦫ，ꦗꦮ。\n", r"14 characters of the poems \(7 distinct, e.g. 'ꦲꦏ꧀ꦱꦫꦗꦮ'\) are outside"),
-    ("龘龘龘龘龘，齉齉齉齉齉。龘龘龘龘龘，齉齉齉齉齉。\n", r"20 characters of the poems \(2 distinct, e.g. '龘齉'\) are "
+    ("ꦲꦏ꧀ꦱꦫ，ꦗꦮ。ꦲꦏ꧀ꦱꦫ，ꦗꦮ。\n" * 2, r"28 characters of the poems \(7 distinct, e.g. 'ꦲꦏ꧀ꦱꦫꦗꦮ'\) are outside"),
+    ("龘龘龘龘龘，齉齉齉齉齉。龘龘龘龘龘，齉齉齉齉齉。\n" * 2, r"40 characters of the poems \(2 distinct, e.g. '龘齉'\) are "
                                                    r"outside the base model's vocabulary"),
 ])
 def test_a_corpus_that_cannot_be_trained_on_is_refused_in_one_line_and_nothing_is_written(
@@ -98,10 +98,25 @@ def test_a_corpus_that_cannot_be_trained_on_is_refused_in_one_line_and_nothing_i
     assert not (tmp_path / "checkpoints" / "ft").exists()
 
 
+def test_a_users_corpus_holds_out_five_percent_exactly_or_keeps_its_own_split(tmp_path):
+    poems = [t for t in POEMS for _ in range(40)]  # 240 lines, 6 distinct poems: the texts repeat
+    plain = tmp_path / "mine.txt"
+    plain.write_text("\n".join(poems), encoding="utf-8")
+    assert sum(p["split"] == "val" for p in read_user_corpus(plain)) == 12  # 5 % of 240
+    mixed = tmp_path / "mine.jsonl"
+    mixed.write_text("\n".join(json.dumps({"text": t, "split": "val" if i < 3 else "train", "id": str(i)})
+                               for i, t in enumerate(POEMS)), encoding="utf-8")
+    assert [p["split"] for p in read_user_corpus(mixed)] == ["val"] * 3 + ["train"] * 3
+    one = tmp_path / "one.txt"
+    one.write_text(POEMS[0], encoding="utf-8")
+    with pytest.raises(ValueError, match="holds 1 poem the cleaning rules keep; a corpus needs 2 at least"):
+        read_user_corpus(one)
+
+
 def test_a_poet_the_corpus_lacks_and_a_missing_base_are_refused(tmp_path, train_cfg, base):
     with pytest.raises(ValueError, match="data.poets: 李百 has no training poem in the corpus; nearest authors: 李白"):
         finetune(train_cfg, base, "data.poets=['李百']")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="init_from=.*nowhere.ckpt: no such checkpoint"):
         finetune(train_cfg, tmp_path / "nowhere.ckpt")
     from train import train
     with pytest.raises(ValueError, match="experiment=finetune needs init_from="):
@@ -175,6 +190,7 @@ def test_a_finetuned_run_resumed_on_other_data_is_refused(tmp_path, train_cfg, b
         cfg = train_cfg(*options, f"ckpt_path={tmp_path / 'checkpoints' / 'ft'}", "logger=none")
         with open_dict(cfg):
             cfg.run_name = "ft3"
-        with pytest.raises(ValueError, match=r"is a fine-tuning run on 李白: resume it as it was started, python "
-                                             r"train.py experiment=finetune \"data.poets=\[李白\]\" ckpt_path="):
-            train(cfg)
+        for check in (train, check_finetuning):  # check_finetuning: Hydra's callback, before the run's folder is made
+            with pytest.raises(ValueError, match=r"is a fine-tuning run on 李白: resume it as it was started, python "
+                                                 r"train.py experiment=finetune \"data.poets=\[李白\]\" ckpt_path="):
+                check(cfg)

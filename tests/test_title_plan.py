@@ -91,7 +91,11 @@ def test_sample_py_records_the_planned_words(engine, planner, monkeypatch):
     sample.sample(cfg, out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["title_plan_words"] for r in rows] == [planner.plan("靜夜思", 2)] * 2
-    assert all(all(w in r["poem"] for w in r["title_plan_words"]) for r in rows)
+    assert all(all(w in r["poem"] for w in r["title_plan_words"]) for r in rows) and rows[0]["keywords_forced"]
+    out = io.StringIO()
+    sample.sample(compose_sample("title='静夜思'", "title_plan=hints", "num_samples=1", "format=jsonl",
+                                 "max_new_tokens=40"), out)
+    assert json.loads(out.getvalue())["keywords_forced"] is False  # the plan's words as hints, as recorded
 
 
 def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch, tmp_path):
@@ -105,3 +109,6 @@ def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch,
     client = TestClient(server.create_app(tmp_path, str(tmp_path / "run" / "last.ckpt")), base_url="http://127.0.0.1")
     assert client.get("/plan", params={"title": "静夜思", "form": "wulv"}).json() == {"words": planner.plan("靜夜思", 4)}
     assert client.get("/plan", params={"title": "abc"}).json()["error"].startswith("error: title='abc' holds characters")
+    assert client.get("/plan", params={"title": "杜甫"}).json() == {
+        "words": [], "note": "nothing planned for title=杜甫: no training title shares a character with it; the poem is "
+                             "written to the title alone"}

@@ -14,8 +14,9 @@ serves it with uvicorn, one process, no database):
   token {pos, label, text, prob, row, allowed}; `given` {pos, tokens, texts, rows} for a prompt
   that follows a drawn plan; then `done` {poem, first_ms, chars, chars_per_s} or `error` {message}.
 - `GET /plan?title=…[&form=…][&tune=…][&ckpt_path=…]`: the words the title plans
-  (`model.sampling.title_plan.plan_title`) → {"words": [...]}, shown under the title before the
-  poem is written and editable there (the page sends them as `keywords`), or {"error": "error: …"}.
+  (`model.sampling.title_plan.plan_title`) → {"words": [...]} (and a `note` when it plans none),
+  shown under the title before the poem is written and editable there (the page sends them as
+  `keywords`), or {"error": "error: …"}.
 - `GET /status`: {"generating": the number of poems being written}; `GET /favicon.ico`: 204.
 
 Only its own page can drive it (`LocalOnly`, as local servers such as Jupyter's do): a request
@@ -317,7 +318,9 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
             words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form, q.get("tune", ""))
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
-        return Response(json.dumps({"words": words}, ensure_ascii=False), media_type="application/json")
+        note = {"note": f"nothing planned for title={q['title']}: no training title shares a character with it; the "
+                        "poem is written to the title alone"} if not words and q.get("title") else {}
+        return Response(json.dumps({"words": words, **note}, ensure_ascii=False), media_type="application/json")
 
     async def status(request: Request) -> Response:
         return Response(json.dumps({"generating": app.state.generating}), media_type="application/json")

@@ -43,7 +43,11 @@ class Base:
     def read(cls, init_from: str, checkpoint_dir: str | Path) -> Base:
         """The checkpoint `init_from` names (`model.loading.find_checkpoint`: a file, a run folder,
         or `last`), read as data. raises FileNotFoundError / ValueError in one line."""
-        path = find_checkpoint(init_from, checkpoint_dir)
+        try:
+            path = find_checkpoint(init_from, checkpoint_dir)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"init_from={init_from}: no such checkpoint (a .ckpt file, a run folder, or last "
+                                    f"for the newest under {checkpoint_dir})") from None
         ckpt = read_trained(path)
         return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]), weights_sha(ckpt["state_dict"]))
 
@@ -108,11 +112,17 @@ def is_finetuning(cfg: DictConfig) -> bool:
 
 def check_finetuning(cfg: DictConfig) -> Base | None:
     """The base of a fine-tuning config, its data read and checked as the run will read it (nothing
-    written); None for a config that fine-tunes nothing or resumes. raises ValueError /
-    FileNotFoundError in one line: `experiment=finetune` without `init_from`, a base that is not a
-    checkpoint, a poet the corpus lacks, a user corpus's bad line or no poem, characters outside the
-    base's vocabulary."""
-    if not is_finetuning(cfg) or cfg.get("ckpt_path"):
+    written); None for a config that fine-tunes nothing or resumes (a resumed fine-tuned checkpoint
+    is checked against its data, `check_resume`). raises ValueError / FileNotFoundError in one line:
+    `experiment=finetune` without `init_from`, a base that is not a checkpoint, a poet the corpus
+    lacks, a user corpus's bad line or no poem, characters outside the base's vocabulary, a fine-tuned
+    checkpoint resumed on other data."""
+    if cfg.get("ckpt_path"):  # resuming: a fine-tuned checkpoint on its own data only
+        path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir)
+        if record := read_trained(path, mmap=True).get("finetuned"):
+            check_resume(record, cfg, path)
+        return None
+    if not is_finetuning(cfg):
         return None
     if not cfg.get("init_from"):
         raise ValueError(NEEDS_BASE)
@@ -135,9 +145,9 @@ def check_resume(record: dict, cfg: DictConfig, path: Path) -> None:
 
 
 class CheckFineTuning(Callback):
-    """Hydra callback (conf/hydra/default.yaml): a fine-tuning run's base and data checked in
-    `on_run_start` (`check_finetuning`), before Hydra writes the run's folder, so a refused run
-    writes nothing and says why in one line (exit status 1)."""
+    """Hydra callback (conf/hydra/default.yaml): a fine-tuning run's base and data, and a resumed
+    fine-tuned checkpoint's data, checked in `on_run_start` (`check_finetuning`), before Hydra writes
+    the run's folder, so a refused run writes nothing and says why in one line (exit status 1)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
