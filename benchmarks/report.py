@@ -306,12 +306,12 @@ def finetune(res: dict) -> str:
     rows = [[r["poet"], f"{r['attributed']:.1%}", f"{r['copy']:.2%}", f"{r['poet_own_copy']:.2%}",
              f"{r['poet_own_copy_corpus']:.2%}", n(r["val_bpc_before"], 3), n(r["val_bpc_after"], 3),
              f"{r['rhyme_before']:.1%}", f"{r['rhyme_after']:.1%}", n(r["minutes"], 2)] for r in f["poets"]]
-    first = f["poets"][0]
+    first, p = f["poets"][0], res["conditions-cpu"]["poet"]
     return block(res, "conditions-cpu", FINETUNE_HEADER, rows,
                  f"Each poet: `python train.py experiment=finetune init_from=<the default run> data.poets=[X]`, then "
-                 f"{f['poems']} free poems. Attributed: the share the poet classifier gives X (ceiling 37.4 % on the "
-                 "poets' own held-out poems, chance 1 %); copy: 5-character runs found in X's training lines, beside "
-                 "X's own held-out poems against the same lines and against the whole training corpus; free rhyme: "
+                 f"{f['poems']} free poems. Attributed: the share the poet classifier gives X (ceiling "
+                 f"{p['ceiling']:.1%} on the poets' own held-out poems, chance {p['chance']:.1%}); copy: 5-character "
+                 "runs found in X's training lines, beside X's own held-out poems against the same lines and against the whole training corpus; free rhyme: "
                  "`rhyme_regulated` of the base's free poems and of the fine-tuned model's. " + first["poet"] + ":",
                  "```\n" + "\n".join(first["examples"][:2]) + "\n```")
 
@@ -375,6 +375,7 @@ def readme_voice(c: dict) -> str:
 
 
 def as_couplets(poem: str) -> str:
+    """A poem one couplet a line (each ending in 。)."""
     return "\n".join(c + "。" for c in poem.split("。") if c)
 
 

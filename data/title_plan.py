@@ -32,7 +32,10 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
+from data.corpus_io import load_corpus
+from data.verse.plan import clean_title
 from data.verse.poetry import is_hanzi, split_lines
+from data.verse.script import corpus_to_script
 
 log = logging.getLogger(__name__)
 PLAN_VERSION = 3  # bump when the index format or its words change
@@ -152,10 +155,6 @@ def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
     corpus's bytes, the script and `PLAN_VERSION`), or built there once (about half a minute for
     the Tang corpus; written to a temporary file, then renamed). raises FileNotFoundError for a
     missing corpus."""
-    from data.corpus_io import load_corpus
-    from data.verse.plan import clean_title
-    from data.verse.script import corpus_to_script
-
     key = hashlib.sha256(Path(corpus_path).read_bytes() if Path(corpus_path).is_file() else b"")
     key.update(json.dumps({"script": script, "v": PLAN_VERSION}).encode())
     path = Path(cache_dir) / f"title-plan-{key.hexdigest()[:16]}.npz"

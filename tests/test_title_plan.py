@@ -110,5 +110,5 @@ def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch,
     assert client.get("/plan", params={"title": "静夜思", "form": "wulv"}).json() == {"words": planner.plan("靜夜思", 4)}
     assert client.get("/plan", params={"title": "abc"}).json()["error"].startswith("error: title='abc' holds characters")
     assert client.get("/plan", params={"title": "杜甫"}).json() == {
-        "words": [], "note": "nothing planned for title=杜甫: no training title shares a character with it; the poem is "
-                             "written to the title alone"}
+        "words": [], "note": "nothing planned for title=杜甫 (no training title shares a character with it): the poem "
+                             "is written to the title alone"}

@@ -58,15 +58,25 @@ def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> 
     return planner(engine.script).plan(title, plan_size(form, tune)) if title else []
 
 
+def nothing_planned(title, why: str = "no training title shares a character with it") -> str:
+    """The line that says a title planned nothing, and why."""
+    return f"nothing planned for title={title} ({why}): the poem is written to the title alone"
+
+
+def asks_for_plan(opts) -> bool:
+    """Whether `opts` asks for a plan: a title, no keywords, `title_plan` not false."""
+    has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
+    return not has_keywords and check_mode(opts.title_plan) is not False and any(
+        per_row(opts.title, opts.num_samples, "title"))
+
+
 def unplanned(opts, planned) -> str:
     """The line a caller prints when `with_plan` planned nothing for a title it was asked to plan
     for ("" otherwise): `planned` is what `with_plan(engine, opts)` returned."""
-    has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
-    if planned is not opts or has_keywords or check_mode(opts.title_plan) is False or not any(
-            per_row(opts.title, opts.num_samples, "title")):
+    if planned is not opts or not asks_for_plan(opts):
         return ""
-    why = "control=soft forces nothing" if opts.control == "soft" else "no training title shares a character with it"
-    return f"title_plan: nothing planned for title={opts.title} ({why}): the poem is written to the title alone"
+    return "title_plan: " + (nothing_planned(opts.title, "control=soft forces nothing") if opts.control == "soft"
+                             else nothing_planned(opts.title))
 
 
 def with_plan(engine: Engine, opts):
@@ -79,8 +89,7 @@ def with_plan(engine: Engine, opts):
     mode = check_mode(opts.title_plan)
     if mode is True and (not isinstance(engine.tokenizer, CharTokenizer) or opts.control == "soft"):
         return opts  # forced keywords are masks of a character model: the title alone
-    has_keywords = opts.keywords if isinstance(opts.keywords, str) else any(opts.keywords or [])
-    if mode is False or has_keywords or not any(per_row(opts.title, opts.num_samples, "title")):
+    if not asks_for_plan(opts):
         return opts
     form = None if opts.tune else opts.form
     rows = [[w for w in plan_title(engine, t, form, opts.tune) if not engine.tokenizer.unknown(w)]

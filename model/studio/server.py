@@ -66,7 +66,7 @@ from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
 from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text, row_tunes
-from model.sampling.title_plan import plan_title
+from model.sampling.title_plan import nothing_planned, plan_title
 
 MAX_ABLATED = 256
 """The most head names a request may list."""
@@ -318,8 +318,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
             words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form, q.get("tune", ""))
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
-        note = {"note": f"nothing planned for title={q['title']}: no training title shares a character with it; the "
-                        "poem is written to the title alone"} if not words and q.get("title") else {}
+        note = {"note": nothing_planned(q["title"])} if not words and q.get("title") else {}
         return Response(json.dumps({"words": words, **note}, ensure_ascii=False), media_type="application/json")
 
     async def status(request: Request) -> Response:
