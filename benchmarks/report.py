@@ -311,7 +311,8 @@ def finetune(res: dict) -> str:
                  f"Each poet: `python train.py experiment=finetune init_from=<the default run> data.poets=[X]`, then "
                  f"{f['poems']} free poems. Attributed: the share the poet classifier gives X (ceiling "
                  f"{p['ceiling']:.1%} on the poets' own held-out poems, chance {p['chance']:.1%}); copy: 5-character "
-                 "runs found in X's training lines, beside X's own held-out poems against the same lines and against the whole training corpus; free rhyme: "
+                 "runs found in X's training lines, beside X's own held-out poems against the same lines and "
+                 "against the whole training corpus; free rhyme: "
                  "`rhyme_regulated` of the base's free poems and of the fine-tuned model's. " + first["poet"] + ":",
                  "```\n" + "\n".join(first["examples"][:2]) + "\n```")
 
