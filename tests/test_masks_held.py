@@ -1,0 +1,111 @@
+"""The masks held across the sampler's redesign: for every control combination the tests exercise
+(each form with and without rhyme, meter, acrostic, keywords, prompt, title; five tunes with each;
+hard on a model without plan tokens, both and soft on one with them), the set of tokens the
+processors allow at every step of 20 seeded poems equals what tests/data/masks.json recorded
+(`python -m tests.test_masks_held --write`, first written on the sampler before the redesign).
+
+Each combination keeps a digest of every step's allowed set (sha256 of the (B, V) bool masks in
+order) and a digest of each of the 20 poems drawn (so a difference shows which poem parts first). `CHANGED` lists the
+combinations whose rules change on purpose, with the reason; they are recorded anew.
+
+The models are untrained and seeded, in float64, so the draws do not depend on the CPU's float
+rounding.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from itertools import islice
+from pathlib import Path
+
+import pytest
+import torch
+
+from data.corpus_io import iter_corpus
+from data.tokenizer import CharTokenizer
+from data.verse.plan import plan_labels
+from data.verse.poetry import FORMS
+from data.verse.tunes import tunes
+from model.sampling.poems import SamplingOptions, poem_steps, poem_text
+from model.training.lit import LitGPT
+
+MASKS = Path(__file__).parent / "data" / "masks.json"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus" / "ci.jsonl.xz"
+TUNES = ("浣溪沙", "菩萨蛮", "水调歌头", "西江月", "如梦令")
+ACROSTIC = "春花秋月何时了往事知多少小楼昨夜又东风故国不堪回首月明中"
+CHANGED: dict[str, str] = {}
+"""Combination → why its masks changed on purpose (recorded anew with --write)."""
+
+
+def models() -> dict[str, LitGPT]:
+    """'plain': no plan tokens (hard masks only); 'plan': plan tokens, condition segments and tune
+    tokens. Both over the characters of the first 3,000 词 of the corpus (simplified), seeded."""
+    texts = [p["text"] for p in islice(iter_corpus(CORPUS), 3000)]
+    out = {}
+    for name, labels in (("plain", ()), ("plan", plan_labels(segments=True, tunes=True))):
+        torch.manual_seed(0)
+        tok = CharTokenizer.from_texts([*texts, "静夜思明月故乡"], labels)
+        model = {"block_size": 192, "n_layer": 1, "n_head": 2, "n_embd": 16}
+        out[name] = LitGPT(model, {"lr": 1e-3}, tok.state_dict(), script="simplified").double().eval()
+    return out
+
+
+def combinations() -> dict[str, tuple[str, dict]]:
+    """Name → (model, options) of every combination."""
+    out = {}
+    for what, n_lines in [*((f, FORMS[f][0]) for f in FORMS), *((t, len(tunes()[t][0].lines)) for t in TUNES)]:
+        base = {"form": what} if what in FORMS else {"tune": what}
+        extras = {"": {}, "rhyme": {"rhyme": True}, "meter": {"meter": True}, "acrostic": {"acrostic": ACROSTIC[:n_lines]},
+                  "keywords": {"keywords": ["明月", "故乡"]}, "prompt": {"prompt": "春风"}, "title": {"title": "静夜思"}}
+        for extra, opts in extras.items():
+            for model, control in (("plain", "hard"), ("plan", "both")):
+                if extra == "title" and model == "plain":
+                    continue
+                out[f"{what}+{extra or 'alone'}+{control}"] = model, {**base, **opts, "control": control}
+        out[f"{what}+soft"] = "plan", {**base, "control": "soft"}
+    for extra, opts in {"acrostic": {"acrostic": "春花秋月"}, "acrostic-rhyme": {"acrostic": "春花秋月", "rhyme": True},
+                        "keywords": {"keywords": ["明月", "故乡"]}}.items():
+        for model, control in (("plain", "hard"), ("plan", "both")):
+            out[f"free+{extra}+{control}"] = model, {**opts, "control": control}
+    return out
+
+
+def record(lit: LitGPT, opts: dict) -> dict:
+    """{"digest": sha256 of every step's allowed set, "poems": a digest of each of the 20 poems}."""
+    o = SamplingOptions(num_samples=20, temperature=1.0, top_k=None, top_p=None, seed=11, max_new_tokens=160, **opts)
+    start, steps = poem_steps(lit.engine, o)
+    digest, chunks = hashlib.sha256(), [start]
+    for step in steps:
+        if isinstance(step, torch.Tensor):  # a prompt after the drawn plan
+            chunks.append(step)
+            continue
+        digest.update(step.allowed.numpy().tobytes())
+        chunks.append(step.ids)
+    rows = torch.cat(chunks, dim=1)
+    poems = [poem_text(lit.engine.tokenizer, r) for r in rows]
+    return {"digest": digest.hexdigest(), "poems": [hashlib.sha256(p.encode()).hexdigest()[:10] for p in poems]}
+
+
+def recorded() -> dict[str, dict]:
+    built = models()
+    return {name: record(built[model], opts) for name, (model, opts) in combinations().items()}
+
+
+@pytest.fixture(scope="module")
+def built():
+    return models()
+
+
+@pytest.mark.parametrize("name", sorted(combinations()))
+def test_the_masks_of_every_control_combination_are_held(built, name):
+    want = json.loads(MASKS.read_text(encoding="utf-8"))[name]
+    model, opts = combinations()[name]
+    got = record(built[model], opts)
+    parted = next((i for i, (a, b) in enumerate(zip(want["poems"], got["poems"])) if a != b), None)
+    assert got == want, f"{name}: masks differ; first poem that parts: {parted}"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    MASKS.write_text(json.dumps(recorded(), ensure_ascii=False, indent=0), encoding="utf-8")
+    print(f"wrote {MASKS}")
