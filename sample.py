@@ -30,9 +30,8 @@ from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
-from model.sampling.keywords import keyword_rows
-from model.sampling.poems import CI, SamplingOptions, poem_text, read_plans, resolve_control, row_tunes, stream_poems
-from model.sampling.title_plan import unplanned, with_plan
+from model.sampling.poems import CI, SamplingOptions, poem_steps, poem_text, read_plans
+from model.sampling.title_plan import unplanned
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -58,18 +57,19 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     """
     if cfg.tunes == "list":
         return list_tunes(out)
-    opts = SamplingOptions(**{k: cfg[k] for k in OPTIONS})
+    opts = SamplingOptions(**{k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
+                              for k in OPTIONS})  # per-poem lists as Python lists, as from Python
     corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, corpus)
     tok = engine.tokenizer
     if cfg.poets == "list":
         return list_poets(engine, out)
-    planned = with_plan(engine, opts)  # a title without keywords: the words it plans, as keywords
-    if note := unplanned(opts, planned):
+    start, steps = poem_steps(engine, opts)
+    decided = steps.decision  # what the options ask for, as the sampler reads them
+    if note := unplanned(opts, decided.title_plan_words):
         print(note, file=sys.stderr)
-    start, steps = stream_poems(engine, planned)
-    ci_tunes = row_tunes(opts)  # each 词's tune ([] for 诗)
+    ci_tunes = decided.tunes  # each 词's tune ([] for 诗)
     live = cfg.format == "text" and opts.num_samples == 1
     stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
     ids = plan_ids(tok)
@@ -89,7 +89,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
             print(ci_tunes[0], file=out, flush=True)  # a 词's heading: its tune
         show(ids.body(start[0].tolist()) if ids else start[0].tolist())  # not the condition segment
     tokens = [start]
-    for nxt in steps:
+    for step in steps:
+        nxt = step if isinstance(step, torch.Tensor) else step.ids  # a prompt after a drawn plan, or a drawn token
         tokens.append(nxt)
         if live:
             show(nxt[0].tolist())
@@ -98,16 +99,16 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     plans = read_plans(tok, rows)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
-    chosen |= {"form": CI if ci_tunes else cfg.form, "control": resolve_control(cfg.control, ids is not None),
-               "keywords_forced": planned.keywords_forced}  # in force (title_plan=hints: the plan's words as hints)
-    keywords = keyword_rows(planned.keywords, len(poems))  # as cleaned: one tuple for every poem, or one each
+    chosen |= {"form": CI if ci_tunes else cfg.form, "control": decided.control,
+               "keywords_forced": decided.keywords_forced}  # in force (title_plan=hints: the plan's words as hints)
+    keywords = decided.keywords  # cleaned, in the model's script: one tuple for every poem, or one each
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
     for i, poem in enumerate(poems):
         if cfg.format == "jsonl":
             plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
             tune = {"tune": ci_tunes[i]} if ci_tunes else {}
-            kept = {"keywords": [engine.to_model_text(w, "keywords") for w in keywords[i % len(keywords)]]}
-            if planned is not opts:  # the title's plan: the words it chose, forced or as hints
+            kept = {"keywords": list(keywords[i % len(keywords)])}
+            if decided.title_plan_words is not None:  # the title's plan: the words it chose, forced or as hints
                 kept["title_plan_words"] = kept["keywords"]
             print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune, **kept}, ensure_ascii=False),
                   file=out)

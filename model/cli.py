@@ -52,7 +52,8 @@ def quote_non_ascii_value(value: str) -> str:
 
 ONE_STRING = ("keywords",)
 """Options whose value is one string even with commas or brackets (`keywords=明月,故乡`,
-`keywords=[明月,,故乡]`: the sampler splits it and drops empty entries), never a sweep."""
+`keywords=[明月,,故乡]`: the sampler splits it and drops empty entries), never a sweep; a list of
+lists (`keywords=[[明月,故乡],[春风,杨柳]]`, one per poem) stays a list."""
 
 
 def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
@@ -64,7 +65,7 @@ def quote_non_ascii_overrides(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        if eq and key.lstrip("+~") in ONE_STRING and value[:1] not in "'\"":
+        if eq and key.lstrip("+~") in ONE_STRING and value[:1] not in "'\"" and not value.startswith("[["):
             out.append(f"{key}='{value.strip('[]')}'")  # a keyword holds no quote (not a character of a line)
             continue
         out.append(f"{key}={quote_non_ascii_value(value)}" if eq and not value.isascii() else arg)

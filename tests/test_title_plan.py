@@ -74,8 +74,12 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     assert rows == [planner.plan("靜夜思", 2), planner.plan("江雪", 2)]
     opts = SamplingOptions(title="杜甫")
     assert with_plan(engine, opts) is opts  # no training title shares a character: the title alone, said in one line
-    assert unplanned(opts, with_plan(engine, opts)).startswith("title_plan: nothing planned for title=杜甫")
-    assert unplanned(opts, with_plan(engine, SamplingOptions(title="静夜思"))) == ""
+    _, steps = poem_steps(engine, opts)
+    assert steps.decision.title_plan_words is None
+    assert unplanned(opts, steps.decision.title_plan_words).startswith("title_plan: nothing planned for title=杜甫")
+    _, steps = poem_steps(engine, SamplingOptions(title="静夜思"))
+    assert steps.decision.title_plan_words == [tuple(planner.plan("靜夜思", 2))]
+    assert unplanned(SamplingOptions(title="静夜思"), steps.decision.title_plan_words) == ""
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 
 

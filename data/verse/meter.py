@@ -27,7 +27,7 @@ from functools import lru_cache
 from itertools import product
 from typing import Iterable
 
-from data.verse.poetry import FORMS, LINE_END, split_lines
+from data.verse.poetry import FORMS, LINE_END, VERSE_FORMS, split_lines
 from data.verse.rhyme import is_level_tone, readings, rhyme_groups
 
 LEVEL, OBLIQUE = "平", "仄"
@@ -60,12 +60,12 @@ def line_pattern(n_chars: int, second: str, last: str) -> str:
 
 @lru_cache(maxsize=None)
 def patterns(form: str) -> dict[str, tuple[str, ...]]:
-    """The four standard tone patterns of `form` (wujue, qijue, wulv, qilv): name (平起首句不入韵,
-    平起首句入韵, 仄起首句不入韵, 仄起首句入韵) → one string of 平/仄 per line. raises ValueError
-    for an unknown form."""
-    if form not in FORMS:
-        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)}")
-    n_lines, n_chars = FORMS[form]
+    """The four standard tone patterns of `form` (`data.verse.poetry.VERSE_FORMS`: wujue, qijue, wulv,
+    qilv, and the 排律 wupai, qipai, the 律 continued): name (平起首句不入韵, 平起首句入韵, 仄起首句不入韵,
+    仄起首句入韵) → one string of 平/仄 per line. raises ValueError for an unknown form."""
+    if form not in VERSE_FORMS:
+        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(VERSE_FORMS)}")
+    n_lines, n_chars = VERSE_FORMS[form]
     out = {}
     for start, first_rhymes in product((LEVEL, OBLIQUE), (False, True)):
         lines, second = [], start

@@ -13,7 +13,11 @@ LINE_END = "，。？！；"
 """A line (句) ends at one of these full-width marks."""
 
 FORMS = {"wujue": (4, 5), "qijue": (4, 7), "wulv": (8, 5), "qilv": (8, 7)}
-"""form name → (number of lines, characters per line): 五言绝句, 七言绝句, 五言律诗, 七言律诗."""
+"""form name → (number of lines, characters per line): 五言绝句, 七言绝句, 五言律诗, 七言律诗: the
+corpus's forms (`form_of`), each with its plan token (`data.verse.plan.FORM_LABELS`)."""
+VERSE_FORMS = {**FORMS, "wupai": (12, 5), "qipai": (12, 7)}
+"""Every regulated form the sampler writes (`data.verse.templates.form_templates`): `FORMS` and the
+排律 of twelve lines (五言六韵, 七言六韵), which the corpus counts as `other`."""
 
 _NOTE = re.compile(r"（[^（）]*）")  # an editor's note such as （一作「叉」）
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")  # an editor's emendation such as [爽]

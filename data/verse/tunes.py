@@ -70,13 +70,15 @@ class Variant:
     """One template of a tune. shape: `shape_of`'s string; count: training 词 of this shape;
     stanza: the index of the 下阕's first line (None: one stanza); rhymes: per line, its rhyme
     segment (index into `segments`) or None; segments: each segment's tone (平 or 仄); tones: per
-    line, one of 平/仄/中 per character."""
+    line, one of 平/仄/中 per character; bound: per segment, the earlier segment whose 部 it rhymes
+    in (叶韵), or None."""
     shape: str
     count: int
     stanza: int | None
     rhymes: tuple[int | None, ...]
     segments: tuple[str, ...]
     tones: tuple[str, ...]
+    bound: tuple[int | None, ...] = ()
 
     @property
     def lines(self) -> list[tuple[int, str]]:
@@ -230,7 +232,8 @@ def tunes(path: Path = TUNES_PATH) -> dict[str, tuple[Variant, ...]]:
     """The shipped templates: tune name → its variants, commonest first."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     return {tune: tuple(Variant(**{**v, "rhymes": tuple(v["rhymes"]), "segments": tuple(v["segments"]),
-                                   "tones": tuple(v["tones"])}) for v in variants)
+                                   "tones": tuple(v["tones"]),
+                                   "bound": tuple(v.get("bound", ()))}) for v in variants)
             for tune, variants in data.items()}
 
 

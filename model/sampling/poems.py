@@ -11,14 +11,22 @@ prompt's text follows the drawn plan), at the temperature but without `top_k` an
 cut the text's unlikely tail: a form the poets wrote one poem in 14 is not a tail to cut.
 `control` says how `form` and `rhyme` are asked for: `soft` puts them in the plan (`form` becomes
 the form token of the prompt, `rhyme` restricts the rhyme slot to real groups, not `<无韵>`) and
-masks nothing in the poem; `hard` is constrained decoding (`PoemConstraint`, which rhymes within
-the plan's group when there is one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
+masks nothing in the poem; `hard` is constrained decoding to templates
+(`model.sampling.shape.TemplateConstraint`, which rhymes within the plan's class when there is
+one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
 A 词 (`form=ci`) plans a token of its tune's templates on a model trained with tune tokens (`experiment=ci`), so
-`control=soft` asks for a tune without masks; other models plan `<其他>` and keep a tune by masks.
+`control=soft` asks for a tune without masks; other models plan `<其他>` and keep a tune by masks,
+as a form without a form token (the 排律) does.
+
+`poem_steps` decides once what the options ask for (`Decision`: each row's templates, the control in
+force, the keywords and texts as converted) and lists the processors: `PoemBoundaries`,
+`PlanGrammar` (plan models), a `TemplateConstraint` (form, tune or acrostic) with the rules asked
+for, `FreeKeywords` (a free poem's keywords), `RepetitionPenalty`. Callers read the decision from
+the steps (`PoemSteps.decision`) instead of deciding again.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,15 +36,15 @@ from omegaconf import OmegaConf
 
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
-from data.verse.poetry import FORMS, LINE_END, is_hanzi
-from data.verse.tunes import draw_tunes, find_tune
+from data.verse.poetry import LINE_END, VERSE_FORMS, is_hanzi
+from data.verse.templates import Template, acrostic_templates, form_templates, tune_template
+from data.verse.tunes import MIN_EVIDENCE, draw_tunes, find_tune, tunes
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.conditions import condition_segments, has_conditions
-from model.sampling.constraints import PoemConstraint
 from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
-from model.sampling.keywords import MAX_FREE_LINE, KeywordConstraint, keyword_rows
+from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords, keyword_rows
+from model.sampling.shape import TemplateConstraint
 from model.sampling.title_plan import with_plan
-from model.sampling.tunes import TuneConstraint
 
 RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
 """The sampling recipe (conf/sampling.yaml, the one copy): `SamplingOptions`' defaults, and the
@@ -52,8 +60,8 @@ CONTROLS = ("hard", "soft", "both")
 class SamplingOptions:
     """What to sample. Units: tokens (= characters for the character model).
 
-    prompt / acrostic: in either script (converted with OpenCC); form: wujue | qijue | wulv |
-    qilv | None; keywords: words every poem contains, whole, inside a line, where the model
+    prompt / acrostic: in either script (converted with OpenCC); form: one of
+    `data.verse.poetry.VERSE_FORMS` (wujue, qijue, wulv, qilv, wupai, qipai) | None; keywords: words every poem contains, whole, inside a line, where the model
     chooses (`model.sampling.keywords`; a list, or a string split at `,`/`，`/`、`; or one
     list per poem, `num_samples` of them); keywords_forced: false gives them as hints in the
     condition segment instead (a model trained with conditions), nothing forced; title, poet:
@@ -91,6 +99,30 @@ class SamplingOptions:
     control: str | None = None
 
 
+@dataclass
+class Decision:
+    """What `poem_steps` decided from the options, for its callers to read rather than decide again.
+
+    form: the form asked for (`ci` for a 词), None for a free poem; tunes: each 词's tune ([] for a
+    诗); templates: each row's templates, or one tuple for every row (() without a form, tune or
+    acrostic); control: the control in force; rhyme: whether rhyme is kept (meter keeps a form's);
+    prompt, acrostic: in the model's script; keywords: each row's keywords (one tuple for every row,
+    or one per row), cleaned, in the model's script; keywords_forced; title_plan_words: the words
+    a title planned (the keywords), or None without a plan; plans: each row's given plan ids.
+    """
+    form: str | None
+    tunes: list[str]
+    templates: list[tuple[Template, ...]]
+    control: str
+    rhyme: bool
+    prompt: str
+    acrostic: str
+    keywords: list[tuple[str, ...]]
+    keywords_forced: bool
+    title_plan_words: list[tuple[str, ...]] | None = None
+    plans: list[list[int]] = field(default_factory=list)
+
+
 @lru_cache(maxsize=8)
 def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
     """The `PoemBoundaries` of a tokenizer's vocabulary (built once per tokenizer; stateless); a
@@ -124,6 +156,13 @@ def row_tunes(opts: SamplingOptions) -> list[str]:
     return draw_tunes(opts.num_samples, opts.seed) if opts.form == CI else []
 
 
+def tune_templates(tune: str) -> tuple[Template, ...]:
+    """The templates of a tune the sampler keeps: its variants seen in at least `MIN_EVIDENCE`
+    training 词, and always its commonest."""
+    variants = tunes()[tune]
+    return tuple(tune_template(tune, v) for v in variants if v.count >= MIN_EVIDENCE or v is variants[0])
+
+
 def resolve_control(control: str | None, has_plan: bool) -> str:
     """The control in force: `control`, or by default both (plan model) / hard. raises ValueError
     for an unknown control, or soft/both on a model without plan tokens."""
@@ -136,29 +175,15 @@ def resolve_control(control: str | None, has_plan: bool) -> str:
     return control
 
 
-def poem_steps(engine: Engine, opts: SamplingOptions,
-               attention_rows: bool = False) -> tuple[torch.Tensor, Iterator[Step | torch.Tensor]]:
-    """Check everything, then start sampling: returns (start (B, T0) int64, iterator of each
-    drawn token's `Step` (`model.engine.Step`: ids (B, 1), its probability, the tokens the
-    masks allowed, with `attention_rows` every layer's attention row), and of a prompt that follows
-    a drawn plan as (B, n) int64, given, not drawn).
-
-    `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
-    mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
-    `form` fixes where lines end (module docstring for `control`). The model must be in eval
-    mode for dropout-free sampling (`model.loading.load_engine` gives one).
-    Every check runs before the first token: raises ValueError for bad sampling arguments or
-    control (soft: no acrostic or meter, which are masks), a prompt or acrostic with invalid
-    code points, outside the vocabulary, or breaking the form; max_new_tokens too small for the
-    form and the plan tokens still to draw.
-    """
+def decide(engine: Engine, opts: SamplingOptions) -> Decision:
+    """Check the options and decide what they ask for (`Decision`). raises ValueError for bad
+    sampling arguments, control (soft: no acrostic or meter, which are masks), form or tune, a
+    prompt, acrostic or keyword with invalid code points or outside the vocabulary."""
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
-    opts = with_plan(engine, opts)  # a title's planned words, as keywords
-    tok, device = engine.tokenizer, engine.device
-    ids = plan_ids(tok)
-    control = resolve_control(opts.control, ids is not None)
+    planned = with_plan(engine, opts)  # a title's planned words, as keywords
+    control = resolve_control(opts.control, plan_ids(engine.tokenizer) is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
         given = " and ".join(name for name, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on)
         what = "are masks, not plan tokens" if " and " in given else "is a mask, not a plan token"
@@ -166,89 +191,50 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     if opts.tune and opts.form not in (None, CI):
         raise ValueError(f"tune={opts.tune} writes a 词 (form=ci), not a {opts.form}: leave form= out or set form=ci")
     form = CI if opts.tune else opts.form
-    if form is not None and form not in (*FORMS, CI):
-        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)} or {CI} (with tune=)")
-    if form == CI and control == "soft" and not ids.tunes:
+    if form is not None and form not in (*VERSE_FORMS, CI):
+        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(VERSE_FORMS)} or {CI} (with tune=)")
+    if opts.meter and form is None:
+        raise ValueError(f"meter needs a form to know the tone patterns; give form= one of {', '.join(VERSE_FORMS)}")
+    acrostic = engine.to_model_text(opts.acrostic, "acrostic")
+    if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
+        raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
+    tunes_ = row_tunes(opts)
+    templates = [tune_templates(t) for t in dict.fromkeys(tunes_)] if len(set(tunes_)) == 1 else \
+        [tune_templates(t) for t in tunes_] if tunes_ else [form_templates(form, opts.meter)] if form else \
+        [acrostic_templates(len(acrostic))] if acrostic else []
+    if opts.rhyme and not templates:
+        raise ValueError("rhyme needs a form or an acrostic to know where lines end")
+    keywords = [tuple(engine.to_model_text(w, "keywords") for w in row)
+                for row in keyword_rows(planned.keywords, opts.num_samples)]
+    ids = plan_ids(engine.tokenizer)  # each row's plan given: a 诗's form token (none for hard, drawn); a 词's later
+    plans = [[]] * opts.num_samples if control == "hard" or not form or tunes_ else \
+        [[ids.forms.get(form, ids.forms["other"])]] * opts.num_samples
+    return Decision(form, tunes_, templates, control, opts.rhyme or (opts.meter and not tunes_),
+                    engine.to_model_text(opts.prompt, "prompt"), acrostic, keywords, planned.keywords_forced,
+                    keywords if planned is not opts else None, plans)
+
+
+def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> TemplateConstraint | None:
+    """The `TemplateConstraint` of a decision (None without templates), checked: the prompt fits,
+    forced keywords can be placed. raises ValueError as `TemplateConstraint`, `check_forced`."""
+    if not d.templates:
+        return None
+    forced = d.keywords if d.keywords_forced and any(d.keywords) else []
+    if forced:
+        check_forced(engine.tokenizer, forced, d.control)
+    if d.control == "soft" and not d.tunes:
+        return None  # a 诗's form is its plan token: nothing to mask, nor to check
+    if d.tunes and d.control == "soft" and not plan_ids(engine.tokenizer).tunes:
         raise ValueError("this model has no tune plan tokens (an experiment=ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
-    prompt = engine.to_model_text(opts.prompt, "prompt")
-    acrostic = engine.to_model_text(opts.acrostic, "acrostic")
-    processors: list[LogitsProcessor] = [poem_boundaries(tok)]
-    tunes = row_tunes(opts)
-    constraint = None
-    rows = [tuple(engine.to_model_text(w, "keywords") for w in row)
-            for row in keyword_rows(opts.keywords, opts.num_samples)]
-    if form == CI:  # soft: checks only
-        forced = rows if opts.keywords_forced and any(rows) else []
-        if forced:
-            check_forced(tok, rows, control)
-        constraint = TuneConstraint(tok, tunes, acrostic, opts.rhyme, opts.meter, engine.script, forced, prompt,
-                                    opts.seed)
-        constraint.check_keywords()
-    elif control != "soft" and (form or acrostic or opts.rhyme or opts.meter):
-        constraint = PoemConstraint(tok, form, acrostic, opts.rhyme, engine.script, opts.meter)
-    if control == "hard" or not form:
-        plans = [[]] * opts.num_samples  # each row's plan given, here none: drawn
-    elif form == CI:
-        plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
-    else:
-        plans = [[ids.forms[form]]] * opts.num_samples
-    to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
-    real_rhymes = control != "hard" and (opts.rhyme if form == CI else opts.rhyme or opts.meter) and \
-        (form != CI or bool(ids and ids.ci_rhymes))  # a 词's: a 词林正韵 class, on a model with tune tokens
-    grammar = plan_grammar(tok, real_rhymes, ci=form == CI) if ids else None
-    if grammar:
-        processors.append(grammar)
-    if constraint is not None:
-        constraint.check_text(prompt)
-        needed = constraint.max_tokens() - len(prompt) + to_draw
-        if opts.max_new_tokens < needed:
-            raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
-        if control != "soft":
-            processors.append(constraint)
-    if to_draw and opts.max_new_tokens <= to_draw:
-        raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
-                         f"{to_draw} plan token(s)")
-    hints = [w for row in rows for w in row] if not opts.keywords_forced else []  # forced: keyword_processor checks
-    if bad := next((w for w in hints if not all(map(is_hanzi, w)) or len(w) > MAX_FREE_LINE), None):
-        raise ValueError(f"the keyword hint {bad!r} is not made of the characters of one line (CJK characters only, "
-                         f"at most {MAX_FREE_LINE})")
-    segments = condition_segments(engine, opts.title, opts.poet, rows, not opts.keywords_forced, opts.num_samples)
-    if not opts.keywords_forced and any(rows) and not has_conditions(engine):
-        raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
-                         "(data.conditions); this one was trained without: leave keywords forced")
-    if opts.keywords_forced and any(rows) and form != CI:  # a 词's: its TuneConstraint
-        processors += keyword_processor(tok, rows, constraint, prompt, control, opts.max_new_tokens - to_draw,
-                                        opts.seed)
-    text = tok.encode(prompt)
-    drawn_first = bool(to_draw and text)  # the plan comes before the prompt's text: draw it first
-    width = max(map(len, segments))  # shorter segments are padded with <eos> in front, where a poem ends
-    start = torch.tensor([[tok.eos_id] * (width - len(g)) + [tok.bos_id, *g, *plan, *([] if drawn_first else text)]
-                          for g, plan in zip(segments * opts.num_samples if len(segments) == 1 else segments, plans)],
-                         device=device)  # (B, T0)
-    if opts.repetition_penalty != 1.0:
-        penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
-        given = torch.tensor([ids.segment_mask(r) for r in start.tolist()], device=device) \
-            if width else None  # (B, T0): the segments' positions
-
-        def outside(idx: torch.Tensor) -> torch.Tensor:  # (B, T) → (B, T) bool
-            return torch.nn.functional.pad(given, (0, idx.size(1) - given.size(1)))
-        processors.append(RepetitionPenalty(opts.repetition_penalty, penalised, outside if width else None))
-    gen = torch.Generator(device=device).manual_seed(opts.seed)
-    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
-
-    def generate(idx: torch.Tensor, n: int) -> Iterator[Step]:
-        return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention_rows)
-
-    def steps() -> Iterator[Step | torch.Tensor]:
-        drawn = list(generate(start, to_draw))  # to_draw steps: PoemBoundaries allows no <eos> here
-        yield from drawn
-        prompt_ids = torch.tensor([text] * opts.num_samples, device=device)  # (B, len(text))
-        yield prompt_ids
-        yield from generate(torch.cat([start, *(s.ids for s in drawn), prompt_ids], dim=1),
-                            opts.max_new_tokens - to_draw)
-
-    return start, steps() if drawn_first else generate(start, opts.max_new_tokens)
+    constraint = TemplateConstraint(engine.tokenizer, d.templates, engine.script, d.rhyme, opts.meter, d.acrostic,
+                                    forced, d.prompt, opts.seed)
+    constraint.check_text(d.prompt)
+    if forced:
+        rules = ["each rhyming line's last character left to the rhyme", *(["the 平仄"] * opts.meter),
+                 *(["the acrostic"] * bool(d.acrostic)), *(["the prompt"] * bool(d.prompt))]
+        constraint.check_keywords(rules)
+    return constraint
 
 
 def check_forced(tok: Tokenizer, rows: list[tuple[str, ...]], control: str) -> None:
@@ -262,22 +248,125 @@ def check_forced(tok: Tokenizer, rows: list[tuple[str, ...]], control: str) -> N
         raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
 
 
-def keyword_processor(tok: Tokenizer, rows: list[tuple[str, ...]], constraint: PoemConstraint | None,
-                      prompt: str, control: str, max_new_tokens: int, seed: int = 0) -> list[KeywordConstraint]:
-    """The `KeywordConstraint` forcing each row's keywords (rows: in the model's script; none:
-    []; seed: its slot draws), checked before sampling. raises ValueError for a non-character tokenizer, soft
-    control, a keyword with other than CJK characters, too few tokens, or keywords that cannot
-    be placed (`KeywordConstraint.check`)."""
-    if not any(rows):
+def rule_processors(engine: Engine, d: Decision, opts: SamplingOptions) -> list[LogitsProcessor]:
+    """The processors of the poem's rules: its `TemplateConstraint`, or a free poem's `FreeKeywords`;
+    sets a 词's plans (`TemplateConstraint.plans`). raises ValueError as `constraint_of`, or for too
+    few tokens (max_new_tokens) for the poem."""
+    ids = plan_ids(engine.tokenizer)
+    constraint = constraint_of(engine, d, opts)
+    if constraint is not None and d.tunes and d.control != "hard":
+        d.plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
+    to_draw = PLAN_SLOTS - len(d.plans[0]) if ids else 0
+    if constraint is not None:
+        needed = constraint.max_tokens() - len(d.prompt) + to_draw
+        if opts.max_new_tokens < needed:
+            raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
+        return [] if d.control == "soft" else [constraint]
+    if not (d.keywords_forced and any(d.keywords)):
         return []
-    check_forced(tok, rows, control)
-    needed = max(len(row) + 1 for row in rows) * (MAX_FREE_LINE + 1) + 1 if constraint is None else 0
-    if needed > max_new_tokens:
-        raise ValueError(f"max_new_tokens={max_new_tokens} is too few for these keywords without a form; "
-                         f"they need up to {needed}")
-    keywords = KeywordConstraint(tok, rows, constraint, prompt, max_new_tokens, seed)
-    keywords.check()
-    return [keywords]
+    check_forced(engine.tokenizer, d.keywords, d.control)
+    needed = max(len(row) + 1 for row in d.keywords) * (MAX_FREE_LINE + 1) + 1
+    if needed > opts.max_new_tokens - to_draw:
+        raise ValueError(f"max_new_tokens={opts.max_new_tokens - to_draw} is too few for these keywords without a "
+                         f"form; they need up to {needed}")
+    return [FreeKeywords(engine.tokenizer, d.keywords, d.prompt, opts.max_new_tokens - to_draw, opts.seed)]
+
+
+def check_keywords(engine: Engine, opts: SamplingOptions) -> None:
+    """raises ValueError, as `poem_steps` would before sampling, if `opts`' keywords cannot all be
+    written with its other controls, forced (without sampling)."""
+    opts = replace(opts, keywords_forced=True)
+    rule_processors(engine, decide(engine, opts), opts)
+
+
+class PoemSteps:
+    """The iterator of `poem_steps` (each drawn token's `Step`, and a prompt that follows a drawn plan
+    as (B, n) int64), with the `decision` it samples by."""
+
+    def __init__(self, steps: Iterator[Step | torch.Tensor], decision: Decision):
+        self.steps, self.decision = steps, decision
+
+    def __iter__(self) -> PoemSteps:
+        return self
+
+    def __next__(self) -> Step | torch.Tensor:
+        return next(self.steps)
+
+
+def poem_steps(engine: Engine, opts: SamplingOptions, attention_rows: bool = False) -> tuple[torch.Tensor, PoemSteps]:
+    """Check everything, then start sampling: returns (start (B, T0) int64, `PoemSteps`: each
+    drawn token's `Step` (`model.engine.Step`: ids (B, 1), its probability, the tokens the masks
+    allowed, with `attention_rows` every layer's attention row), a prompt that follows a drawn plan
+    as (B, n) int64, given, not drawn, and the `Decision`).
+
+    `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
+    mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
+    the rules asked for (module docstring). The model must be in eval mode for dropout-free
+    sampling (`model.loading.load_engine` gives one). Every check runs before the first token:
+    raises ValueError as `decide`, `rule_processors`, `condition_segments`; for max_new_tokens
+    too small for the plan tokens still to draw.
+    """
+    d, tok, device = decide(engine, opts), engine.tokenizer, engine.device
+    ids = plan_ids(tok)
+    processors: list[LogitsProcessor] = [poem_boundaries(tok)]
+    rules = rule_processors(engine, d, opts)
+    to_draw = PLAN_SLOTS - len(d.plans[0]) if ids else 0
+    real_rhymes = d.control != "hard" and (opts.rhyme if d.tunes else opts.rhyme or opts.meter) and \
+        (not d.tunes or bool(ids and ids.ci_rhymes))  # a 词's: a 词林正韵 class, on a model with tune tokens
+    grammar = plan_grammar(tok, real_rhymes, ci=bool(d.tunes)) if ids else None
+    processors += [grammar, *rules] if grammar else rules
+    if to_draw and opts.max_new_tokens <= to_draw:
+        raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "
+                         f"{to_draw} plan token(s)")
+    hinted = [w for row in d.keywords for w in row] if not d.keywords_forced else []
+    if bad := next((w for w in hinted if not all(map(is_hanzi, w)) or len(w) > MAX_FREE_LINE), None):
+        raise ValueError(f"the keyword hint {bad!r} is not made of the characters of one line (CJK characters only, "
+                         f"at most {MAX_FREE_LINE})")
+    if hinted and not has_conditions(engine):
+        raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
+                         "(data.conditions); this one was trained without: leave keywords forced")
+    segments = condition_segments(engine, opts.title, opts.poet, d.keywords, bool(hinted), opts.num_samples)
+    start = start_ids(tok, segments, d, opts.num_samples, bool(to_draw and d.prompt)).to(device)  # (B, T0)
+    if opts.repetition_penalty != 1.0:
+        processors.append(repetition_penalty(tok, start, opts.repetition_penalty))
+    gen = torch.Generator(device=device).manual_seed(opts.seed)
+    draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
+
+    def generate(idx: torch.Tensor, n: int) -> Iterator[Step]:
+        return engine.steps(idx, n, draw, tok.eos_id, opts.use_cache, processors, attention_rows)
+
+    def steps() -> Iterator[Step | torch.Tensor]:
+        drawn = list(generate(start, to_draw))  # to_draw steps: PoemBoundaries allows no <eos> here
+        yield from drawn
+        prompt_ids = torch.tensor([tok.encode(d.prompt)] * opts.num_samples, device=device)  # (B, len(prompt))
+        yield prompt_ids
+        yield from generate(torch.cat([start, *(s.ids for s in drawn), prompt_ids], dim=1),
+                            opts.max_new_tokens - to_draw)
+
+    drawn_first = bool(to_draw and d.prompt)  # the plan comes before the prompt's text: draw it first
+    return start, PoemSteps(steps() if drawn_first else generate(start, opts.max_new_tokens), d)
+
+
+def start_ids(tok: Tokenizer, segments: list[list[int]], d: Decision, n: int, drawn_first: bool) -> torch.Tensor:
+    """(B, T0) int64: each row's `<bos>`, condition segment, given plan, and the prompt unless the
+    plan is drawn first; shorter segments are padded with `<eos>` in front, where a poem ends."""
+    text, width = [] if drawn_first else tok.encode(d.prompt), max(map(len, segments))
+    return torch.tensor([[tok.eos_id] * (width - len(g)) + [tok.bos_id, *g, *plan, *text]
+                         for g, plan in zip(segments * n if len(segments) == 1 else segments, d.plans)])
+
+
+def repetition_penalty(tok: Tokenizer, start: torch.Tensor, penalty: float) -> RepetitionPenalty:
+    """The `RepetitionPenalty` of the poem's characters, not of its condition segment."""
+    ids = plan_ids(tok)
+    penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
+    given = torch.tensor([ids.segment_mask(r) for r in start.tolist()], device=start.device) \
+        if ids and ids.segments else None  # (B, T0): the segments' positions
+    if given is None or not given.any():
+        return RepetitionPenalty(penalty, penalised)
+
+    def outside(idx: torch.Tensor) -> torch.Tensor:  # (B, T) → (B, T) bool
+        return torch.nn.functional.pad(given, (0, idx.size(1) - given.size(1)))
+    return RepetitionPenalty(penalty, penalised, outside)
 
 
 def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:

@@ -70,10 +70,11 @@ def asks_for_plan(opts) -> bool:
         per_row(opts.title, opts.num_samples, "title"))
 
 
-def unplanned(opts, planned) -> str:
+def unplanned(opts, planned_words) -> str:
     """The line a caller prints when `with_plan` planned nothing for a title it was asked to plan
-    for ("" otherwise): `planned` is what `with_plan(engine, opts)` returned."""
-    if planned is not opts or not asks_for_plan(opts):
+    for ("" otherwise): `planned_words` is what the plan gave (`Decision.title_plan_words`), None
+    for nothing."""
+    if planned_words is not None or not asks_for_plan(opts):
         return ""
     return "title_plan: " + (nothing_planned(opts.title, "control=soft forces nothing") if opts.control == "soft"
                              else nothing_planned(opts.title))

@@ -65,7 +65,7 @@ from model.cli import USER_ERRORS
 from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
-from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text, row_tunes
+from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text
 from model.sampling.title_plan import nothing_planned, plan_title
 
 MAX_ABLATED = 256
@@ -162,7 +162,7 @@ class Poem:
     def __init__(self, engine: Engine, opts: SamplingOptions, received: float):
         self.engine, self.tok, self.received = engine, engine.tokenizer, received
         start, self.steps = poem_steps(engine, opts, attention_rows=True)
-        self.tune = next(iter(row_tunes(opts)), None)  # a 词's tune, or None
+        self.tune = next(iter(self.steps.decision.tunes), None)  # a 词's tune, or None
         self.seq: list[int] = start[0].tolist()
         ids = plan_ids(self.tok)
         self.given = ids.segment_mask(self.seq) if ids else [False] * len(self.seq)  # the segment: no text

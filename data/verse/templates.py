@@ -1,0 +1,125 @@
+"""Templates: one type for the shape, tones and rhymes of every poem the sampler keeps, a regulated
+诗 (`VERSE_FORMS`) or a 词 to a tune (`data.verse.tunes`), after SongNet's template language
+(Li et al. 2020, "Rigid Formats Controlled Text Generation").
+
+A template is a list of lines, each with its length and closing mark; one tone per character
+position (平, 仄, or 中: either); per line, the rhyme segment its last character rhymes in (or
+none); per segment, its tone and the rhyme book whose classes it rhymes in (平水韵's level-tone
+groups for a 诗, 词林正韵's classes for a 词), and the segment whose 部 it must share where the
+poets bind them (叶韵: 西江月 rhymes its 仄 lines in its 平 rhyme's 部); the stanza break.
+
+- A form without meter is one template: lines of its length, marks `，。` in turn and `。` last,
+  the even lines rhyming (one 平 segment), every tone 中.
+- With meter, a form is four templates, its standard patterns (`data.verse.meter.patterns`):
+  the same lines, every position 平 or 仄, the first line rhyming in the patterns whose first
+  line ends 平 (首句入韵).
+- An acrostic without a form is two templates, every line of 5 or of 7 characters.
+- A tune is one template per variant (又一体) of `data.verse.tunes`.
+
+Nothing here is written out by hand but `VERSE_FORMS`: adding a regulated form is one entry there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from data.verse.ci import parse_shape
+from data.verse.meter import LEVEL, patterns
+from data.verse.poetry import VERSE_FORMS
+from data.verse.tunes import EITHER, Variant
+
+SHI_BOOK, CI_BOOK = "平水韵", "词林正韵"
+"""The rhyme books: a 诗 rhymes in a level-tone group of 平水韵, a 词 in a class (部, tone) of 词林正韵."""
+FREE_LENGTHS = (5, 7)
+"""The line lengths of an acrostic without a form (the first line chooses)."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """One shape a poem may take. name: the form or tune ("" for an acrostic without a form);
+    shape: lines as `7。7。7。7，7。7。` (`data.verse.ci.parse_shape`); tones: one of 平/仄/中 per
+    character position, marks not counted; rhymes: per line, its rhyme segment or None;
+    segments: each segment's tone; book: `SHI_BOOK` or `CI_BOOK`; bound: per segment, the
+    segment whose 部 it shares (None: free), `CI_BOOK` only; stanza: the 下阕's first line (None:
+    one stanza); count: the training poems of this shape (a tune's; 0 for a form)."""
+    name: str
+    shape: str
+    tones: str
+    rhymes: tuple[int | None, ...]
+    segments: tuple[str, ...]
+    book: str
+    bound: tuple[int | None, ...] = ()
+    stanza: int | None = None
+    count: int = 0
+
+    @cached_property
+    def lines(self) -> list[tuple[int, str]]:
+        """[(line length, closing mark)]."""
+        return parse_shape(self.shape)
+
+    @cached_property
+    def starts(self) -> tuple[int, ...]:
+        """The position (characters before it, marks not counted) where each line starts."""
+        at, out = 0, []
+        for n, _ in self.lines:
+            out.append(at)
+            at += n
+        return tuple(out)
+
+    @property
+    def length(self) -> int:
+        """Characters of the whole poem, marks not counted."""
+        return len(self.tones)
+
+    @cached_property
+    def marks(self) -> dict[int, str]:
+        """Position → the mark written after that many characters (each line's end)."""
+        return {s + n: m for s, (n, m) in zip(self.starts, self.lines)}
+
+    @cached_property
+    def rhyme_at(self) -> dict[int, int]:
+        """Position of each rhyming line's last character → its segment."""
+        return {s + n - 1: r for s, (n, _), r in zip(self.starts, self.lines, self.rhymes) if r is not None}
+
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        """Rhyme positions per segment."""
+        return tuple(sum(r == s for r in self.rhymes) for s in range(len(self.segments)))
+
+    def line_of(self, k: int) -> int:
+        """The line (0-based) position k is in."""
+        return max(i for i, s in enumerate(self.starts) if s <= k)
+
+
+def _shape(n_lines: int, n_chars: int) -> str:
+    marks = ["，。"[i % 2] for i in range(n_lines - 1)] + ["。"]
+    return "".join(f"{n_chars}{m}" for m in marks)
+
+
+def _even_rhymes(n_lines: int, first: bool = False) -> tuple[int | None, ...]:
+    return tuple(0 if i % 2 == 1 or (i == 0 and first) else None for i in range(n_lines))
+
+
+def form_templates(form: str, meter: bool = False) -> tuple[Template, ...]:
+    """The templates of a regulated form (module docstring): one without meter, its four standard
+    patterns with. raises ValueError for an unknown form."""
+    if form not in VERSE_FORMS:
+        raise ValueError(f"unknown form {form!r}; choose one of {', '.join(VERSE_FORMS)}")
+    n_lines, n_chars = VERSE_FORMS[form]
+    shape = _shape(n_lines, n_chars)
+    if not meter:
+        return (Template(form, shape, EITHER * n_lines * n_chars, _even_rhymes(n_lines), (LEVEL,), SHI_BOOK),)
+    return tuple(Template(form, shape, "".join(lines), _even_rhymes(n_lines, lines[0][-1] == LEVEL), (LEVEL,), SHI_BOOK)
+                 for lines in patterns(form).values())
+
+
+def acrostic_templates(n_lines: int) -> tuple[Template, ...]:
+    """The templates of an acrostic of `n_lines` without a form: every line of 5, or of 7."""
+    return tuple(Template("", _shape(n_lines, n), EITHER * n_lines * n, _even_rhymes(n_lines), (LEVEL,), SHI_BOOK)
+                 for n in FREE_LENGTHS)
+
+
+def tune_template(tune: str, v: Variant) -> Template:
+    """A variant of a tune's as a template."""
+    return Template(tune, v.shape, "".join(v.tones), v.rhymes, v.segments, CI_BOOK, v.bound or (None,) * len(v.segments),
+                    v.stanza, v.count)

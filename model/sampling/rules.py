@@ -1,0 +1,211 @@
+"""The kinds of rule a template (`data.verse.templates.Template`) gives a poem, one class each, for
+`model.sampling.shape.TemplateConstraint`, which keeps every row to the templates it still fits.
+A rule knows templates, positions and characters, nothing of 诗 or 词:
+
+- `Tones` (`meter`): a position the template fixes (平 or 仄, not 中) takes a character of that
+  tone (a polyphonic character fits either; one outside the tone table fits none);
+- `Acrostic`: a line's first character is the acrostic's;
+- `Rhyme` (`rhyme`): the characters at a segment's rhyme positions share one class of the
+  template's rhyme book (`data.verse.templates.SHI_BOOK`'s level-tone groups, `CI_BOOK`'s 部 and
+  tone) of the segment's tone, and do not repeat while another is left; the first rhyme picks
+  the class, among those with a character in the vocabulary for every rhyme position of the
+  template; a bound segment (叶韵) rhymes in the 部 of the segment it is bound to. A plan's rhyme
+  token (drawn or given) of a class the first segment can rhyme in fixes its class.
+
+Each rule answers, for template i at a row's position: `mask` ((V,) bool of what it allows, None
+for anything), `why_not` (why character c is not allowed, None if it is) and `key` (what its
+mask depends on beyond the position and the live templates, for the masks' cache); `advance`
+moves the row past an allowed character.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Hashable, Sequence
+
+import torch
+
+from data.tokenizer import CharTokenizer
+from data.verse.ci import rhyme_classes
+from data.verse.meter import LEVEL, OBLIQUE, tones
+from data.verse.plan import PlanIds
+from data.verse.poetry import is_hanzi
+from data.verse.rhyme import rhyme_groups
+from data.verse.templates import SHI_BOOK, Template
+from data.verse.tunes import EITHER
+
+
+@lru_cache(maxsize=8)
+def vocabulary_tables(tok: CharTokenizer, script: str) -> tuple:
+    """(hanzi (V,) bool, character → its tones, tone → (V,) bool) of a vocabulary read in `script`:
+    built once per tokenizer (shared tensors: do not modify)."""
+    hanzi = torch.tensor([is_hanzi(c) for c in tok.itos])  # (V,) bool
+    char_tones = tones([c for c in tok.itos if is_hanzi(c)], script)
+    tone_masks = {t: torch.tensor([t in char_tones.get(c, ()) for c in tok.itos]) for t in (LEVEL, OBLIQUE)}
+    return hanzi, char_tones, tone_masks
+
+
+@lru_cache(maxsize=16)
+def book_tables(tok: CharTokenizer, script: str, book: str) -> tuple[dict, dict]:
+    """(character → its classes, class → (V,) bool) of a rhyme book over a vocabulary: `SHI_BOOK`'s
+    classes are level-tone group names, `CI_BOOK`'s (部, tone) pairs (shared tensors: do not modify)."""
+    chars = [c for c in tok.itos if is_hanzi(c)]
+    classes = rhyme_groups(chars, script) if book == SHI_BOOK else \
+        {c: k for c, k in rhyme_classes(script).items() if c in tok.stoi and is_hanzi(c)}
+    masks: dict[Hashable, torch.Tensor] = {}
+    for c, ks in classes.items():
+        for k in ks:
+            masks.setdefault(k, torch.zeros(tok.vocab_size, dtype=torch.bool))[tok.stoi[c]] = True
+    return classes, masks
+
+
+def tone_of(cls) -> str:
+    """A class's tone: a 词林正韵 class carries it, a 平水韵 level-tone group is 平."""
+    return cls[1] if isinstance(cls, tuple) else LEVEL
+
+
+@dataclass
+class Row:
+    """Where one poem is: characters so far (marks not counted), whether the mark after them is
+    written, the templates it still fits, the classes each rhyme segment still shares (None: no
+    rhyme yet), the rhyme characters used; its plan slots still open; its keywords
+    (`model.sampling.keywords.KeywordRow`)."""
+    k: int = 0
+    marked: bool = False
+    live: frozenset[int] = frozenset()
+    rhyme: tuple = ()
+    used: frozenset[str] = frozenset()
+    ended: bool = False
+    plan_left: int = 0
+    kw: object = None
+
+
+class Rule:
+    """A kind of rule (module docstring); the defaults allow everything."""
+
+    def key(self, row: Row) -> Hashable:
+        return None
+
+    def mask(self, i: int, row: Row) -> torch.Tensor | None:
+        return None
+
+    def why_not(self, i: int, row: Row, c: str) -> str | None:
+        return None
+
+    def advance(self, row: Row, c: str, live: frozenset[int]) -> None:
+        pass
+
+
+class Tones(Rule):
+    """`meter`: the template's 平/仄 at every position it fixes."""
+
+    def __init__(self, templates: Sequence[Template], char_tones: dict, tone_masks: dict):
+        self.templates, self.tones, self.tone_masks = templates, char_tones, tone_masks
+
+    def fits(self, i: int, k: int, word: str) -> bool:
+        """Whether `word`'s characters have template i's tones from position k on."""
+        tones_ = self.templates[i].tones[k:k + len(word)]
+        return len(tones_) == len(word) and all(t == EITHER or t in self.tones.get(c, ()) for t, c in zip(tones_, word))
+
+    def mask(self, i: int, row: Row) -> torch.Tensor | None:
+        tone = self.templates[i].tones[row.k]
+        return None if tone == EITHER else self.tone_masks[tone]
+
+    def why_not(self, i: int, row: Row, c: str) -> str | None:
+        return None if self.fits(i, row.k, c) else f"character {row.k + 1} is {self.templates[i].tones[row.k]} (meter)"
+
+
+class Acrostic(Rule):
+    """Line j starts with the acrostic's j-th character."""
+
+    def __init__(self, templates: Sequence[Template], acrostic: str, only):
+        self.templates, self.acrostic, self.only = templates, acrostic, only
+
+    def at(self, i: int, k: int) -> str | None:
+        """The acrostic's character at position k of template i, or None (not a line's start)."""
+        t = self.templates[i]
+        return self.acrostic[t.starts.index(k)] if k in t.starts else None
+
+    def mask(self, i: int, row: Row) -> torch.Tensor | None:
+        c = self.at(i, row.k)
+        return None if c is None else self.only(c)
+
+    def why_not(self, i: int, row: Row, c: str) -> str | None:
+        want = self.at(i, row.k)
+        return None if want in (None, c) else f"the line starts with {want} (acrostic)"
+
+
+@dataclass
+class Rhyme(Rule):
+    """`rhyme`: each segment's rhyme positions in one class of the template's book (module docstring).
+    open: tone → the classes a first rhyme may pick; classes: character → its classes; masks: class
+    → (V,) bool; plan: class → the id of its plan token, for those a plan may name."""
+    templates: Sequence[Template]
+    classes: dict
+    masks: dict
+    open: dict[str, frozenset]
+    plan: dict = field(default_factory=dict)
+    _unions: dict = field(default_factory=dict)
+
+    def allowed(self, i: int, row: Row, s: int) -> frozenset:
+        """The classes segment s of template i may rhyme in, in this row: a bound pair (叶韵) in one
+        部, the first of them picking only a 部 where the other has a class open too."""
+        t = self.templates[i]
+        have = row.rhyme[s] if row.rhyme[s] is not None else self.open[t.segments[s]]
+        for a, b in enumerate(t.bound):
+            other = b if a == s else a if b == s else None
+            if other is not None:  # 叶韵: the 部 of the segment it is bound to, or one it can have
+                there = row.rhyme[other] if row.rhyme[other] is not None else self.open[t.segments[other]]
+                have = frozenset(k for k in have if (k[0], t.segments[other]) in there)
+        return have
+
+    def due(self, i: int, row: Row) -> int | None:
+        """The segment template i rhymes at the row's position, or None."""
+        return self.templates[i].rhyme_at.get(row.k)
+
+    def key(self, row: Row) -> Hashable:
+        return tuple((i, self.allowed(i, row, s)) for i in sorted(row.live) if (s := self.due(i, row)) is not None)
+
+    def mask(self, i: int, row: Row) -> torch.Tensor | None:
+        if (s := self.due(i, row)) is None:
+            return None
+        have = self.allowed(i, row, s)
+        if have not in self._unions:
+            self._unions[have] = torch.stack([self.masks[k] for k in have]).any(0) if have else \
+                torch.zeros_like(next(iter(self.masks.values())))
+        return self._unions[have]
+
+    def why_not(self, i: int, row: Row, c: str) -> str | None:
+        if (s := self.due(i, row)) is None or self.classes.get(c, frozenset()) & self.allowed(i, row, s):
+            return None
+        return f"character {row.k + 1} rhymes ({self.templates[i].segments[s]}韵" + \
+            (", in the rhyme so far)" if row.rhyme[s] is not None else ")")
+
+    def advance(self, row: Row, c: str, live: frozenset[int]) -> None:
+        for i in sorted(live):
+            if (s := self.due(i, row)) is not None and (have := self.classes.get(c, frozenset()) & self.allowed(i, row, s)):
+                row.rhyme = row.rhyme[:s] + (have,) + row.rhyme[s + 1:]
+                row.used = row.used | {c}
+
+    def plan_class(self, row: Row, token: int) -> None:
+        """A plan's rhyme token: the class it names, where the row's first segment can rhyme in it."""
+        cls = next((k for k, j in self.plan.items() if j == token), None)
+        if cls is not None and row.rhyme and row.rhyme[0] is None and any(
+                self.templates[i].segments and cls in self.open[self.templates[i].segments[0]] for i in row.live):
+            row.rhyme = (frozenset({cls}), *row.rhyme[1:])
+
+
+def rhyme_rule(tok: CharTokenizer, script: str, templates: Sequence[Template], plan: PlanIds | None) -> Rhyme:
+    """The `Rhyme` of templates that share one rhyme book. raises ValueError, in one line, if no
+    class of a segment's tone has a character in the vocabulary for each rhyme position."""
+    book = templates[0].book
+    classes, masks = book_tables(tok, script, book)
+    need = max(max(t.sizes) for t in templates)
+    open_ = {tone: frozenset(k for k, m in masks.items() if tone_of(k) == tone and m.sum() >= need) for tone in "平仄"}
+    if not all(open_[tone] for t in templates for tone in t.segments):
+        what = "平水韵 level-tone group" if book == SHI_BOOK else "词林正韵 class"
+        names = "、".join(dict.fromkeys(t.name for t in templates)) or "the acrostic"
+        raise ValueError(f"no {what} has {need} characters of the tone {names} rhymes in, in this vocabulary")
+    ids = {} if plan is None else plan.rhymes if book == SHI_BOOK else plan.ci_rhymes
+    return Rhyme(templates, classes, masks, open_, dict(ids))
+
