@@ -23,7 +23,7 @@ from model.inspection.ci_metrics import format_ci_table
 from model.inspection.head_effects import format_effects
 from model.inspection.poem_metrics import format_placement, format_table
 from model.inspection.rhyme_heads import finding, format_study
-from model.training.fingerprint import default_fingerprint, differences
+from model.training.fingerprint import differences, fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -45,10 +45,19 @@ DESCRIBE_DEFAULT = ("fixed-time-cpu", "evaluate-default-cpu", "attention-maps-de
 and its checkpoint's `weights_sha`; the others the `weights_sha` of the checkpoint they measured."""
 
 
+def default_fingerprint() -> dict:
+    """`model.training.fingerprint.fingerprint` of the default `python train.py` config (the
+    checkout's conf/train.yaml, no overrides)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return fingerprint(compose("train", [f"paths.root_dir={ROOT}"]))
+
+
 def outdated(res: dict, today: dict) -> list[str]:
     """The results of DESCRIBE_DEFAULT that do not describe today's default: the default run's
-    fingerprint differs from `today` (`model.training.fingerprint.default_fingerprint`; the parts
-    named), or another result measured other weights than that run's checkpoint."""
+    fingerprint differs from `today` (`default_fingerprint`; the parts named), or another result
+    measured other weights than that run's checkpoint."""
     if "fixed-time-cpu" not in res:
         return []
     run = res["fixed-time-cpu"]["runs"]["default"]

@@ -2,7 +2,7 @@
 `python train.py tokenizer=tiktoken tokenizer.encoding=<file>` on a machine without the
 published encodings.
 
-    python -m data.bpe                                   # → data/cache/tang-bpe-1024.tiktoken
+    python -m data.bpe                                   # → data/cache/tang-bpe-1024.tiktoken (installed: ~/.cache/mingyue/)
     python -m data.bpe --vocab-size 2048 --poems 2000 --out my.tiktoken
 
 Merges are learned with tiktoken's educational trainer (`tiktoken._educational.bpe_train`,
@@ -17,10 +17,9 @@ import base64
 from pathlib import Path
 
 from data.corpus_io import load_corpus
+from data.paths import CORPUS_DIR, PACKAGE_DIR, cache_dir
 from data.tokenizer import ranks_file_pattern
 from data.verse.script import SCRIPTS, corpus_to_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def learn_ranks(texts: list[str], vocab_size: int) -> dict[bytes, int]:
@@ -45,13 +44,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab-size", type=int, default=1024, help="ranks to learn, 256 bytes included")
     parser.add_argument("--poems", type=int, default=1000, help="first N training poems to learn from")
     parser.add_argument("--script", choices=SCRIPTS, default="simplified")
-    parser.add_argument("--corpus", default=str(ROOT / "data" / "corpus" / "tang.jsonl.xz"))
-    parser.add_argument("--out", help="default: data/cache/tang-bpe-<vocab-size>.tiktoken")
+    parser.add_argument("--corpus", default=str(CORPUS_DIR / "tang.jsonl.xz"))
+    parser.add_argument("--out", help="default: data/cache/tang-bpe-<vocab-size>.tiktoken (data.paths.cache_dir)")
     args = parser.parse_args(argv)
     if args.vocab_size < 256 or args.poems < 1:
         raise SystemExit("error: --vocab-size must be ≥ 256 and --poems ≥ 1")
     poems = [p["text"] for p in load_corpus(args.corpus) if p["split"] == "train"][: args.poems]
-    out = args.out or ROOT / "data" / "cache" / f"tang-bpe-{args.vocab_size}.tiktoken"
+    out = args.out or cache_dir(PACKAGE_DIR / "cache") / f"tang-bpe-{args.vocab_size}.tiktoken"
     path = write_ranks(learn_ranks(corpus_to_script(poems, args.script), args.vocab_size), out)
     print(f"wrote {len(poems)} poems' {args.vocab_size} ranks to {path}")
 

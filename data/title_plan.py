@@ -33,6 +33,7 @@ import numpy as np
 from scipy import sparse
 
 from data.corpus_io import load_corpus
+from data.paths import cache_dir as cache_location
 from data.verse.plan import clean_title
 from data.verse.poetry import is_hanzi, split_lines
 from data.verse.script import corpus_to_script
@@ -153,11 +154,12 @@ class TitlePlanner:
 def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
     """The planner of a corpus's training poems in `script`: read from `cache_dir` (keyed by the
     corpus's bytes, the script and `PLAN_VERSION`), or built there once (about half a minute for
-    the Tang corpus; written to a temporary file, then renamed). raises FileNotFoundError for a
-    missing corpus."""
+    the Tang corpus; written to a temporary file, then renamed). A `cache_dir` inside the installed
+    packages becomes the user's cache folder (`data.paths.cache_dir`: never written into
+    site-packages). raises FileNotFoundError for a missing corpus."""
     key = hashlib.sha256(Path(corpus_path).read_bytes() if Path(corpus_path).is_file() else b"")
     key.update(json.dumps({"script": script, "v": PLAN_VERSION}).encode())
-    path = Path(cache_dir) / f"title-plan-{key.hexdigest()[:16]}.npz"
+    path = cache_location(cache_dir) / f"title-plan-{key.hexdigest()[:16]}.npz"
     if path.is_file():
         return TitlePlanner.load(path)
     poems = [p for p in load_corpus(corpus_path) if p["split"] == "train"]

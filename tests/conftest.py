@@ -61,7 +61,7 @@ def tiny_overrides(tmp_path: Path, corpus: Path) -> list[str]:
 
 
 def compose_sample(*overrides: str):
-    """conf/sample.yaml composed (its sampling recipe from conf/sampling.yaml), as `python sample.py` reads it."""
+    """conf/sample.yaml composed (its sampling recipe from model/sampling/recipe.yaml), as `python sample.py` reads it."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):

@@ -1,6 +1,4 @@
 """The real Hydra configs compose, and their paths do not depend on the working directory."""
-import shutil
-
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
@@ -66,32 +64,39 @@ def test_small_is_the_default_recipe_at_6x6x384():
 
 RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,
           "seed": 1337}
+RECIPE_FILE = ROOT / "model" / "sampling" / "recipe.yaml"
+"""The sampling recipe, in the package that reads it (the wheel carries it: tests/test_wheel.py)."""
 
 
-def sampling_of(conf, *overrides):
-    """{entry: its sampling keys} of sample.py, evaluate.py and the two sampling callbacks, composed from conf."""
-    with initialize_config_dir(str(conf), version_base="1.3"):
-        sample, evaluate = compose("sample", overrides=list(overrides)), compose("evaluate", overrides=list(overrides))
-        callbacks = compose("train").callbacks
+def sampling_of(*overrides, recipe_dir=None):
+    """{entry: its sampling keys} of sample.py, evaluate.py and the two sampling callbacks, composed from conf/
+    (with recipe_dir: the recipe.yaml there, as the only hydra.searchpath)."""
+    searchpath = [f"hydra.searchpath=[file://{recipe_dir}]"] if recipe_dir else []
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        sample, evaluate = (compose(name, overrides=[*searchpath, *overrides]) for name in ("sample", "evaluate"))
+        callbacks = compose("train", overrides=searchpath).callbacks
     return {name: {k: cfg[k] for k in RECIPE} for name, cfg in
             [("sample", sample), ("evaluate", evaluate), ("samples", callbacks.samples),
              ("evaluation", callbacks.evaluation)]}
 
 
-def test_every_entry_point_samples_with_conf_sampling_yaml(tmp_path):
-    """One copy: sample.py, evaluate.py and the callbacks compose conf/sampling.yaml; SamplingOptions (the
-    studio's defaults, attention_maps.py's free poems) reads it. Editing it changes them all."""
+def test_every_entry_point_samples_with_the_packages_recipe(tmp_path):
+    """One copy: sample.py, evaluate.py and the callbacks compose model/sampling/recipe.yaml (from the package:
+    hydra.searchpath pkg://model.sampling); SamplingOptions (the studio's defaults, attention_maps.py's free poems)
+    reads it. No config holds the values again, and a recipe edited changes them all."""
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from model.sampling.poems import SamplingOptions
 
-    assert OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "sampling.yaml")) == RECIPE
+    assert OmegaConf.to_container(OmegaConf.load(RECIPE_FILE)) == RECIPE
     assert {k: getattr(SamplingOptions(), k) for k in RECIPE} == RECIPE
+    configs = {p: OmegaConf.load(p) for p in (ROOT / "conf").rglob("*.yaml")}
+    assert [p for p, cfg in configs.items() if isinstance(cfg, DictConfig) and set(RECIPE) <= set(cfg)
+            and not p.samefile(RECIPE_FILE)] == []  # no copy beside the entry configs
     short = {**RECIPE, "max_new_tokens": 100}  # the samples table during training: shorter poems
-    assert sampling_of(ROOT / "conf") == {"sample": RECIPE, "evaluate": RECIPE, "samples": short, "evaluation": RECIPE}
-    assert sampling_of(ROOT / "conf", "temperature=0.8", "top_k=null")["sample"] == {**RECIPE, "temperature": 0.8,
-                                                                                    "top_k": None}
+    assert sampling_of() == {"sample": RECIPE, "evaluate": RECIPE, "samples": short, "evaluation": RECIPE}
+    assert sampling_of("temperature=0.8", "top_k=null")["sample"] == {**RECIPE, "temperature": 0.8, "top_k": None}
     callbacks = compose_train().callbacks
     assert vars(instantiate(callbacks.samples).options) == vars(SamplingOptions(num_samples=4, max_new_tokens=100))
     assert vars(instantiate(callbacks.evaluation).options) == vars(SamplingOptions(num_samples=16))
@@ -99,8 +104,7 @@ def test_every_entry_point_samples_with_conf_sampling_yaml(tmp_path):
     assert callbacks.samples.temperature == callbacks.evaluation.temperature == 0.5
     assert list(callbacks) == ["model_checkpoint", "lr_monitor", "attention_maps", "samples", "evaluation", "head_effects"]
 
-    shutil.copytree(ROOT / "conf", tmp_path / "conf")
     edited = {**RECIPE, "temperature": 0.7, "top_k": 40, "top_p": None, "repetition_penalty": 1.2, "seed": 7}
-    OmegaConf.save(edited, tmp_path / "conf" / "sampling.yaml")
-    assert sampling_of(tmp_path / "conf") == {"sample": edited, "evaluate": edited,
-                                              "samples": {**edited, "max_new_tokens": 100}, "evaluation": edited}
+    OmegaConf.save(edited, tmp_path / "recipe.yaml")
+    assert sampling_of(recipe_dir=tmp_path) == {"sample": edited, "evaluate": edited,
+                                                "samples": {**edited, "max_new_tokens": 100}, "evaluation": edited}

@@ -20,13 +20,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from data.corpus_io import iter_corpus
+from data.paths import CORPUS_DIR
 from data.verse.ci import CI_LINE_END, ci_lines
 from data.verse.script import prompt_to_script
 from data.verse.tunes import rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.poem_metrics import distinct_n
 
 CI_METRICS = ("n", "format", "match", "rhyme", "tones", "copy", "distinct_2", "keywords")
-CI_CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "ci.jsonl.xz"
+CI_CORPUS = CORPUS_DIR / "ci.jsonl.xz"
+"""The shipped 词 corpus (package data of `data`): its training lines and held-out 词."""
 MIN_COPY = 4
 """Shorter lines (三字句 such as 转朱阁) repeat across 词 by themselves: `copy` leaves them out."""
 

@@ -180,7 +180,7 @@ class SampleLogger(L.Callback):
     """Samples a few poems at each validation and logs them as a wandb table `samples`
     (columns: step, poem), through the one sampling path (`model.sampling.poems.sample_poems`:
     the same poem rules as `sample.py`). Seeded, so the same checkpoint gives the same table.
-    options: the other `SamplingOptions` fields (their defaults: conf/sampling.yaml, as `sample.py`'s).
+    options: the other `SamplingOptions` fields (their defaults: model/sampling/recipe.yaml, as `sample.py`'s).
     `poems` keeps the last poems sampled."""
 
     def __init__(self, num_samples: int = 4, **options):
@@ -206,7 +206,7 @@ class PoemEvaluationLogger(L.Callback):
     (`model.inspection.evaluation.sample_requests`; a BPE model gets no form, rhyme or meter
     sets, a model without plan tokens no soft sets); reference:
     held-out human poems; options: the other `SamplingOptions` fields (their defaults:
-    conf/sampling.yaml, as `sample.py`'s). Logs a table `eval/poems`
+    model/sampling/recipe.yaml, as `sample.py`'s). Logs a table `eval/poems`
     (columns: set, then `model.inspection.poem_metrics.METRICS`; the first row the human
     reference), the free set's figures as scalars `eval/free/<metric>`, and `eval/seconds`,
     the time it took (also kept in `seconds`). `val/bpc` is the last validation's, logged by

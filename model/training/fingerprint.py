@@ -133,13 +133,3 @@ def differences(a: dict | None, b: dict | None) -> list[str]:
     return [k for k in parts if not (k in a and k in b and all(
         same(a[k].get(f), b[k].get(f)) for f in set(a[k]) | set(b[k])))]
 
-
-def default_fingerprint() -> dict:
-    """`fingerprint` of the default `python train.py` config (conf/train.yaml, no overrides)."""
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
-    root = Path(__file__).resolve().parents[2]
-    with initialize_config_dir(str(root / "conf"), version_base="1.3"):
-        return fingerprint(compose("train", [f"paths.root_dir={root}"]))
