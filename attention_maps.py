@@ -138,7 +138,7 @@ def attention_report(cfg: DictConfig) -> dict:
     learned, init = batch_maps(gpt, sequences), batch_maps(init_gpt, sequences)
     heldout_tokens = [t for _, t in encoded]
     report = {
-        "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "weights_sha": engine.weights_sha,
+        "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "weights_sha": engine.meta.weights_sha,
         "text": engine.to_model_text(cfg.text, "text"), "tune": cfg.tune, "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                      for k in ("backend", "ablate", "ablate_mode", "init_seed", "heldout", "baselines", "flag")},

@@ -24,7 +24,6 @@ import hydra
 import rootutils
 from omegaconf import DictConfig, OmegaConf
 
-from data.datamodule import PoetryDataModule
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.device import commit, describe
@@ -80,7 +79,7 @@ def evaluate(cfg: DictConfig) -> dict:
     print(f"evaluate: {opts.num_samples} poems for each of {len(requests)} sample sets, then their figures and "
           f"{'val/bpc' if cfg.val_bpc else 'no validation'}: minutes on a CPU …", file=sys.stderr, flush=True)
 
-    corpora = PoetryDataModule.corpora_options(engine.corpora, Path(cfg.data.corpus_path).parent)
+    corpora = engine.meta.corpora.options(Path(cfg.data.corpus_path).parent)
     ci_requests = {name: fields for name, fields in requests.items() if is_ci(fields)}
     samples, plans, rows, seconds, keywords = sample_and_measure(
         engine, opts, {name: fields for name, fields in requests.items() if name not in ci_requests},
@@ -97,7 +96,7 @@ def evaluate(cfg: DictConfig) -> dict:
         tokenizer = {"kind": tok_state["kind"], **({"encoding": tok_state["encoding"]} if "encoding" in tok_state else {})}
         datamodule = hydra.utils.instantiate(cfg.data, block_size=gpt.cfg.block_size, script=script,
                                              tokenizer=tokenizer, plan_tokens=is_plan_model(engine), **corpora,
-                                             conditions=(engine.conditions or {}).get("shares"))
+                                             conditions=engine.meta.conditions)
         val = validation_metrics(engine, datamodule)
         seconds["validation"] = time.perf_counter() - start
 
@@ -106,7 +105,7 @@ def evaluate(cfg: DictConfig) -> dict:
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
-              "weights_sha": engine.weights_sha,
+              "weights_sha": engine.meta.weights_sha,
               "settings": {**settings, "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),

@@ -23,6 +23,8 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from data.datamodule import PoetryDataModule
+from model.checkpoint_meta import CheckpointMeta, Corpora, FineTuned
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import find_checkpoint, head_for_vocabulary, load_weights
 from model.training.checkpoints import (
@@ -70,10 +72,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
     saved = load_checkpoint(ckpt_path) if ckpt_path else {}
+    resumed = CheckpointMeta.from_checkpoint(saved).finetuned  # resuming a fine-tuned run: what it started from
     base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir) if cfg.get("init_from") else \
-        Base.of(ckpt_path, saved) if saved.get("finetuned") else None  # resuming a fine-tuned run: its vocabulary
-    if saved.get("finetuned"):
-        check_resume(saved["finetuned"], cfg, ckpt_path)  # its own data and recipe, not the default's
+        Base.of(ckpt_path, saved) if resumed else None  # resuming a fine-tuned run: its vocabulary
+    if resumed:
+        check_resume(resumed, cfg, ckpt_path)  # its own data and recipe, not the default's
     if base is None and is_finetuning(cfg):
         raise ValueError(NEEDS_BASE)
     if base is not None:
@@ -82,7 +85,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             log.info(f"init_from={cfg.init_from} is not read: resuming {ckpt_path}, a fine-tuning run, from its own weights")
         elif not ckpt_path:
             log.info(f"fine-tuning {base.path} (step {base.ckpt.get('global_step')}"
-                     + (f", itself fine-tuned from {base.ckpt['finetuned']['from']}" if base.ckpt.get("finetuned") else "")
+                     + (f", itself fine-tuned from {base.meta.finetuned.from_path}" if base.meta.finetuned else "")
                      + ")")
     model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
@@ -115,16 +118,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if ckpt_path:
         check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
         check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
+    tuned = (resumed or finetune_record(base, cfg, datamodule.meta)) if base is not None else None
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
-                   tokenizer=tokenizer.state_dict(), script=cfg.data.script)
-    model.corpora = datamodule.corpora_record()  # and which corpora, so evaluate.py rebuilds the same data
-    model.conditions = datamodule.conditions_record()  # the condition shares and the poets it knows
+                   tokenizer=tokenizer.state_dict(), script=cfg.data.script, meta=run_meta(datamodule, base, tuned))
     if base is not None:  # fine-tuned: the base's weights, the poets it knows, a record of both runs' data
-        model.conditions = base.conditions
-        model.finetuned = saved.get("finetuned") or finetune_record(base, cfg, datamodule.meta)
-        held = model.finetuned["val_poems"]
-        log.info(f"fine-tuning data: {model.finetuned['train_poems']:,} training poems, {held:,} held out"
-                 + (": val/loss rests on them alone" if held < 10 else ""))
+        log.info(f"fine-tuning data: {tuned.train_poems:,} training poems, {tuned.val_poems:,} held out"
+                 + (": val/loss rests on them alone" if tuned.val_poems < 10 else ""))
         if not ckpt_path:
             load_weights(model, base.ckpt["state_dict"], base.path)
     if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
@@ -146,6 +145,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if isinstance(lg, WandbLogger):
             lg.experiment.finish()  # flush the run now, so sweeps in one process get separate runs
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def run_meta(datamodule: PoetryDataModule, base: Base | None, tuned: FineTuned | None) -> CheckpointMeta:
+    """What the run's checkpoints record beside the weights: the corpora its (prepared) data module
+    reads, so evaluate.py rebuilds the same data; the condition shares and the poets it knows (a
+    fine-tuned run keeps its base's, as it keeps its vocabulary); tuned, what a fine-tuned run
+    started from and read (None: trained from scratch)."""
+    if base is not None:
+        conditions, poets = base.meta.conditions, base.meta.poets
+    else:  # the data module lists poets only with conditions
+        conditions, poets = datamodule.conditions, datamodule.meta.get("poets", {})
+    corpora = Corpora.of(datamodule.corpus_path, datamodule.train_paths, datamodule.extra_val)
+    return CheckpointMeta(conditions, poets, corpora, tuned)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

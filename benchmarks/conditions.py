@@ -92,7 +92,7 @@ def title_value(engine, samples: int = 2000, seed: int = 0) -> dict:
     """Goal 1's figure per protocol: bpc given none, given the true title, the difference and its interval."""
     out = {}
     for protocol in ("poems", "blocks"):
-        dm = datamodule(protocol, engine.model.cfg.block_size, True, engine.conditions["shares"])  # training's arrays
+        dm = datamodule(protocol, engine.model.cfg.block_size, True, engine.meta.conditions)  # training's arrays
         arrays = {name: dm.tokens(name) for name in ("val", "val_titled")}
         (n0, c0), (n1, c1) = (per_poem_nats(engine, a, dm.unscored(a), protocol) for a in arrays.values())
         same = c0 == c1  # `blocks` leaves the arrays' tails (shorter than a window) unscored: the last poem differs
@@ -224,7 +224,7 @@ def poet_bpc(engine, poet: str) -> float:
     """`val/bpc` of a model on one poet's held-out poems (`poems` protocol, as the data module of a
     fine-tuning run on that poet frames them with the model's vocabulary)."""
     dm = PoetryDataModule(str(CORPUS), str(fixed_time.CACHE), block_size=engine.model.cfg.block_size,
-                          plan_tokens=True, conditions=(engine.conditions or {}).get("shares"), poets=[poet],
+                          plan_tokens=True, conditions=engine.meta.conditions, poets=[poet],
                           base_tokenizer=engine.tokenizer)
     dm.prepare_data()
     tokens = dm.tokens("val")
@@ -330,7 +330,7 @@ def main(argv=None) -> None:
     parts = set(args.parts.split(","))
     out = args.out / "conditions-cpu.json"
     result = json.loads(out.read_text()) if out.is_file() and parts != set(PARTS) else {}  # other parts kept
-    result |= {"machine": machine(), "commit": commit(), "weights_sha": engine.weights_sha}
+    result |= {"machine": machine(), "commit": commit(), "weights_sha": engine.meta.weights_sha}
     train, val = heldout(engine.script, "train"), heldout(engine.script)
     figures = {"title": ("title_bpc", lambda: title_value(engine)),
                "relevance": ("relevance", lambda: title_relevance(engine, train, val, args.titles)),

@@ -53,6 +53,7 @@ from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from data.datamodule import PoetryDataModule  # noqa: E402
+from model.checkpoint_meta import Corpora  # noqa: E402
 from model.device import commit  # noqa: E402
 from model.device import describe as machine  # noqa: E402
 from model.engine import Engine  # noqa: E402
@@ -74,13 +75,12 @@ PROTOCOLS = ("poems", "blocks")
 
 
 def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bool = False,
-               conditions: dict | None = None, corpora: dict | None = None) -> PoetryDataModule:
+               conditions: dict | None = None, corpora: Corpora = Corpora()) -> PoetryDataModule:
     """The default data (simplified script, characters), prepared, with the given validation windows
-    (and plan tokens, condition shares and corpora, `PoetryDataModule.corpora_record`, for a model
-    trained with them: the Tang validation stays the reference)."""
+    (and plan tokens, condition shares and corpora, a checkpoint's `CheckpointMeta.corpora`, for a
+    model trained with them: the Tang validation stays the reference)."""
     dm = PoetryDataModule(str(CORPUS), str(CACHE), block_size=block_size, batch_size=64, val_windows=val_windows,
-                          plan_tokens=plan_tokens, conditions=conditions,
-                          **PoetryDataModule.corpora_options(corpora, CORPUS.parent))
+                          plan_tokens=plan_tokens, conditions=conditions, **corpora.options(CORPUS.parent))
     dm.prepare_data()
     return dm
 
@@ -92,8 +92,7 @@ def score(engine: Engine, protocols=PROTOCOLS) -> dict:
     out = {}
     for protocol in protocols:
         block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's
-        dm = datamodule(protocol, block, bool(engine.tokenizer.plan), (engine.conditions or {}).get("shares"),
-                        engine.corpora)
+        dm = datamodule(protocol, block, bool(engine.tokenizer.plan), engine.meta.conditions, engine.meta.corpora)
         metrics = validation_metrics(engine, dm)
         out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
     return out
@@ -180,7 +179,7 @@ def default_run(name: str, overrides: list[str], quick: bool = False) -> dict:
     tokens = steps * cfg.data.batch_size * cfg.model.block_size
     return {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": steps, "tokens_per_sec": round(tokens / wall),
             "peak_rss_mib": round(peak_mib), "fingerprint": fingerprint(default_config(*overrides)),
-            "weights_sha": engine.weights_sha,
+            "weights_sha": engine.meta.weights_sha,
             "checkpoint": str(ckpt.relative_to(ROOT) if ckpt.is_relative_to(ROOT) else ckpt), **score(engine)}
 
 

@@ -136,27 +136,6 @@ class PoetryDataModule(L.LightningDataModule):
         """Every corpus file this module reads, the reference first, without repeats."""
         return list(dict.fromkeys([self.corpus_path, *self.train_paths, *self.extra_val.values()]))
 
-    def corpora_record(self) -> dict | None:
-        """What a checkpoint records of the corpora beyond `corpus_path` (None: that one alone):
-        {"train": [file names], "also_validate": {name: file name}}, names in the corpus folder."""
-        if self.corpora == [self.corpus_path]:
-            return None
-        return {"train": [p.name for p in self.train_paths], "also_validate": {k: p.name for k, p in self.extra_val.items()}}
-
-    @staticmethod
-    def corpora_options(record: Mapping | None, corpus_dir: str | Path) -> dict:
-        """`corpora_record` back as this module's options, the files in `corpus_dir` ({} for None)."""
-        if not record:
-            return {}
-        folder = Path(corpus_dir)
-        return {"train_corpora": [str(folder / n) for n in record["train"]],
-                "also_validate": {k: str(folder / n) for k, n in record["also_validate"].items()}}
-
-    def conditions_record(self) -> dict | None:
-        """What a checkpoint records of the conditions (None: none): {"shares": {condition: share},
-        "poets": {poet: training poems}} (`data/conditions.py`)."""
-        return {"shares": self.conditions, "poets": self.meta["poets"]} if self.conditions else None
-
     @property
     def val_names(self) -> list[str]:
         """The validation sets in dataloader order: "" (the reference), then `also_validate`'s names."""

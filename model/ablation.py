@@ -99,7 +99,8 @@ def ablate(engine: Engine, names: Sequence[str], mode: str = "zero", poems: Sequ
     heads = parse_heads(names, cfg.n_layer, cfg.n_head)
     for hook in engine.ablation_hooks:
         hook.remove()
-    engine.ablation_hooks, engine.ablated = [], []
+    engine.ablation_hooks.clear()
+    engine.ablated.clear()
     if heads and mode == "mean" and not poems:
         raise ValueError("ablate_mode=mean needs training poems for the heads' mean outputs")
     means = head_means(engine, poems) if heads and mode == "mean" else None
@@ -107,4 +108,4 @@ def ablate(engine: Engine, names: Sequence[str], mode: str = "zero", poems: Sequ
         mine = [h for ly, h in heads if ly == layer]
         if mine:
             engine.ablation_hooks.append(switch_off(block.attn, mine, None if means is None else means[layer, mine]))
-    engine.ablated = [f"L{ly}H{h}" for ly, h in heads]
+    engine.ablated.extend(f"L{ly}H{h}" for ly, h in heads)

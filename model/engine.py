@@ -22,6 +22,7 @@ from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
 from data.verse.plan import plan_ids, poem_ids, tune_variant
 from data.verse.script import prompt_to_script, variants
 from data.verse.tunes import find_tune
+from model.checkpoint_meta import CheckpointMeta
 from model.gpt import GPT
 from model.kv_cache import Cache
 
@@ -66,16 +67,17 @@ class Step:
 
 class Engine:
     """model: a GPT in eval mode; tokenizer: its vocabulary; script: the corpus script it was
-    trained on ('simplified' | 'traditional'); path: the checkpoint it was loaded from, if any.
+    trained on ('simplified' | 'traditional'); path: the checkpoint it was loaded from, if any;
+    meta: what its checkpoint records beside the weights (`model.checkpoint_meta.CheckpointMeta`:
+    condition shares, poets, corpora, fine-tuning, the weights' digest), empty if not given.
     The engine holds no weights of its own: the LightningModule holds one around the model it trains."""
 
-    def __init__(self, model: GPT, tokenizer: Tokenizer, script: str = "simplified", path: Path | None = None):
+    def __init__(self, model: GPT, tokenizer: Tokenizer, script: str = "simplified", path: Path | None = None,
+                 meta: CheckpointMeta | None = None):
         if model.cfg.vocab_size != tokenizer.vocab_size:
             raise ValueError(f"the model has {model.cfg.vocab_size} ids, the tokenizer {tokenizer.vocab_size}")
         self.model, self.tokenizer, self.script, self.path = model, tokenizer, script, path
-        self.corpora: dict | None = None  # the corpora it was trained on beyond the Tang one, where it says
-        self.conditions: dict | None = None  # its condition shares and poets (`PoetryDataModule.conditions_record`)
-        self.weights_sha: str | None = None  # a loaded checkpoint's `model.loading.weights_sha`
+        self.meta = CheckpointMeta() if meta is None else meta
         self.ablated: list[str] = []  # heads switched off, `L<layer>H<head>` (`model.ablation.ablate`)
         self.ablation_hooks: list = []  # the hooks that switch them off, removed when they are on again
 

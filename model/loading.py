@@ -6,7 +6,8 @@ the benchmarks find and read a checkpoint, and the one builder of a GPT for a to
 - `read_checkpoint`: a file → its dict, read as data only (below).
 - `build_gpt`: a GPT for a tokenizer, its head decided for the vocabulary and its poem-input
   tables filled (training, loading, and the "model at initialisation" of attention_maps.py).
-- `load_engine`: a checkpoint → the inference engine (model, tokenizer, script) on a device
+- `load_engine`: a checkpoint → the inference engine (model, tokenizer, script, and what the
+  checkpoint records beside the weights, `model.checkpoint_meta.CheckpointMeta`) on a device
   with an attention backend, checked once before any work.
 
 A `.ckpt` is a pickle, and unpickling can call any function a file names (`os.system`, ...).
@@ -31,6 +32,7 @@ from data.features import full_stops, group_count, phonology_tables, token_kinds
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from model.ablation import MEAN_POEMS
 from model.ablation import ablate as ablate_heads
+from model.checkpoint_meta import CheckpointMeta
 from model.device import check_backend, resolve_device
 from model.engine import Engine
 from model.gpt import GPT, GPTConfig
@@ -232,7 +234,8 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
                 backend: str | None = None, ablate: Sequence[str] = (), ablate_mode: str = "zero",
                 corpus_path: str | Path | None = None) -> Engine:
     """The inference engine of a checkpoint (`find_checkpoint`), its model in eval mode on
-    `device` (auto | cpu | cuda | cuda:N; `model.device.resolve_device`), `engine.path` the file.
+    `device` (auto | cpu | cuda | cuda:N; `model.device.resolve_device`), `engine.path` the file,
+    `engine.meta` its record beside the weights (`CheckpointMeta.from_checkpoint`, with `weights_sha`).
 
     backend: run with another attention backend than the checkpoint's (naive | sdpa | flash).
     ablate: heads to switch off, `L<layer>H<head>` (`model.ablation`), their outputs replaced by
@@ -253,10 +256,7 @@ def load_engine(ckpt_path: str | Path | None, checkpoint_dir: str | Path = "chec
     gpt = gpt.to(device).eval()
     cfg = gpt.cfg
     check_backend(cfg.backend, torch.device(device).type, torch.float32, 0.0, cfg.n_embd // cfg.n_head)
-    engine = Engine(gpt, tokenizer, script, path)
-    engine.weights_sha = weights_sha(ckpt["state_dict"])
-    engine.corpora = ckpt.get("corpora")
-    engine.conditions = ckpt.get("conditions")
+    engine = Engine(gpt, tokenizer, script, path, CheckpointMeta.from_checkpoint(ckpt, weights_sha(ckpt["state_dict"])))
     if ablate:
         if ablate_mode == "mean" and corpus_path is None:
             raise ValueError("ablate_mode=mean needs the training corpus (corpus_path) for the heads' mean outputs")

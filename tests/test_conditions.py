@@ -14,6 +14,7 @@ from data.tokenizer import CharTokenizer
 from data.verse.plan import MAX_TITLE, clean_title, plan_ids, plan_labels, poem_ids, segment_ids
 from data.verse.poetry import form_of
 from data.windows import IGNORE, PoemWindows, Windows
+from model.checkpoint_meta import CheckpointMeta
 from model.sampling.poems import SamplingOptions, poem_steps, read_plans, sample_ids, sample_poems
 from model.training.lit import LitGPT
 from tests.conftest import POEMS
@@ -27,10 +28,8 @@ def conditioned(segments=True):
     torch.manual_seed(0)
     tok = CharTokenizer.from_texts(POEMS + TITLES + AUTHORS + ["杜甫"], plan_labels(segments=segments))
     model = {"block_size": 96, "n_layer": 1, "n_head": 2, "n_embd": 16}
-    lit = LitGPT(model, OPTIM, tok.state_dict(), script="traditional").eval()
-    if segments:
-        lit.engine.conditions = {"shares": {"title": 0.5, "poet": 0.5, "keywords": 0.5}, "poets": {"李白": 120, "杜甫": 110}}
-    return lit.engine
+    meta = CheckpointMeta({"title": 0.5, "poet": 0.5, "keywords": 0.5}, {"李白": 120, "杜甫": 110}) if segments else None
+    return LitGPT(model, OPTIM, tok.state_dict(), script="traditional", meta=meta).eval().engine
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +117,7 @@ def test_prepared_arrays_hold_segments_in_training_only(tmp_path):
     markers = list(ids.segments.values())
     assert np.isin(dm.tokens("train"), markers).any() and not np.isin(dm.tokens("val"), markers).any()
     assert dm.meta["val_titled"]["characters"] == dm.meta["val"]["characters"]
-    assert dm.meta["poets"] == {} and dm.conditions_record()["shares"]["title"] == 1.0  # 李白: 32 poems, < 100
+    assert dm.meta["poets"] == {} and dm.conditions["title"] == 1.0  # 李白: 32 poems, < 100
     assert (dm.tokens("train") == ids.segments["poet"]).sum() == 0
     titled = dm.tokens("val_titled")  # a title only where the poem fits 33 tokens with it, as in training:
     # each 五绝 (28 tokens, a title of at most 5) and no 七绝 (36 tokens: longer than a window already)

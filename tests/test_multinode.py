@@ -94,7 +94,7 @@ def test_two_nodes_of_two_processes_train_as_one_run_that_resumes_on_three(tiny_
     engine = load_engine(run / "last.ckpt")
     dm = PoetryDataModule(str(tiny_corpus), str(tmp_path / "cache"), block_size=16, batch_size=8,
                           plan_tokens=bool(engine.tokenizer.plan),
-                          conditions=(engine.conditions or {}).get("shares"))  # framed as the run's data
+                          conditions=engine.meta.conditions)  # framed as the run's data
     one = validation_metrics(engine, dm)
     assert val[6] == pytest.approx(one["val/loss"], abs=1e-6)
 

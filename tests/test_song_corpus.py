@@ -9,6 +9,7 @@ import pytest
 from data.build_corpus import CORPUS_DIR, body_keys, build, leaks, split_of, write
 from data.corpus_io import load_corpus
 from data.datamodule import PoetryDataModule
+from model.checkpoint_meta import Corpora
 from tests.conftest import POEMS
 
 
@@ -120,11 +121,11 @@ def test_tang_and_song_train_together_and_the_tang_validation_stays_the_referenc
     both.setup()
     alone.setup()
     assert [len(loader.dataset) for loader in both.val_dataloader()] == [len(alone.val_dataloader().dataset), 1]
-    record = both.corpora_record()
-    assert record == {"train": ["tang.jsonl.xz", "song.jsonl.xz"], "also_validate": {"song": "song.jsonl.xz"}}
-    assert PoetryDataModule.corpora_options(record, tmp_path) == {
-        "train_corpora": [str(tang), str(song)], "also_validate": {"song": str(song)}}
-    assert alone.corpora_record() is None and PoetryDataModule.corpora_options(None, tmp_path) == {}
+    record = Corpora.of(both.corpus_path, both.train_paths, both.extra_val)  # what its checkpoints record
+    assert record == Corpora(("tang.jsonl.xz", "song.jsonl.xz"), {"song": "song.jsonl.xz"})
+    assert record.options(tmp_path) == {"train_corpora": [str(tang), str(song)], "also_validate": {"song": str(song)}}
+    assert Corpora.of(alone.corpus_path, alone.train_paths, alone.extra_val) == Corpora()
+    assert Corpora().options(tmp_path) == {}
 
 
 def corpus_simplified(texts):

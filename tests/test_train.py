@@ -219,12 +219,12 @@ def test_a_loaded_checkpoint_names_its_weights(trained):
 
     _, _, tmp_path = trained
     last, best = tmp_path / "checkpoints" / "test" / "last.ckpt", next((tmp_path / "checkpoints" / "test").glob("best*"))
-    sha = load_engine(last).weights_sha
+    sha = load_engine(last).meta.weights_sha
     assert len(sha) == 64 and sha == weights_sha(read_checkpoint(last)["state_dict"])
     state = read_checkpoint(last)["state_dict"]
     state[next(iter(state))] = state[next(iter(state))] + 1e-3
     assert weights_sha(state) != sha
-    assert load_engine(best).weights_sha in (sha, weights_sha(read_checkpoint(best)["state_dict"]))
+    assert load_engine(best).meta.weights_sha in (sha, weights_sha(read_checkpoint(best)["state_dict"]))
 
 
 def test_tiktoken_tokenizer_trains_and_samples(train_cfg, tmp_path, caplog):

@@ -20,7 +20,7 @@ from model.engine import Engine
 def known_poets(engine: Engine) -> dict[str, int]:
     """{poet: training poems} a model was trained to write as (most prolific first; {} for a
     model without conditions)."""
-    return dict((engine.conditions or {}).get("poets", {}))
+    return dict(engine.meta.poets)
 
 
 def has_conditions(engine: Engine) -> bool:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, open_dict
 
 from data.tokenizer import Tokenizer, tokenizer_from_state
 from data.verse.plan import plan_ids
+from model.checkpoint_meta import CheckpointMeta, FineTuned
 from model.loading import config_fields, find_checkpoint, read_trained, weights_sha
 from model.training.checkpoints import FREE_ON_RESUME
 
@@ -33,11 +34,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class Base:
     """The model a run is fine-tuned from: its checkpoint file, the checkpoint (read as data), its
-    tokenizer and the digest of its weights (`model.loading.weights_sha`)."""
+    tokenizer, the digest of its weights (`model.loading.weights_sha`) and its record beside the
+    weights (`CheckpointMeta.from_checkpoint`: the conditions and poets a fine-tuned model keeps)."""
     path: Path
     ckpt: dict
     tokenizer: Tokenizer
     sha: str
+    meta: CheckpointMeta
 
     @classmethod
     def read(cls, init_from: str, checkpoint_dir: str | Path) -> Base:
@@ -49,18 +52,16 @@ class Base:
             raise FileNotFoundError(f"init_from={init_from}: no such checkpoint (a .ckpt file, a run folder, or last "
                                     f"for the newest under {checkpoint_dir})") from None
         ckpt = read_trained(path)
-        return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]), weights_sha(ckpt["state_dict"]))
+        sha = weights_sha(ckpt["state_dict"])
+        return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]), sha,
+                   CheckpointMeta.from_checkpoint(ckpt, sha))
 
     @classmethod
     def of(cls, path: Path, ckpt: dict) -> Base:
         """A fine-tuned checkpoint being resumed, as the base of its own vocabulary and framing."""
+        meta = CheckpointMeta.from_checkpoint(ckpt)
         return cls(path, ckpt, tokenizer_from_state(ckpt["hyper_parameters"]["tokenizer"]),
-                   ckpt["finetuned"]["from_weights_sha"])
-
-    @property
-    def conditions(self) -> dict | None:
-        """The base's conditions record (shares and the poets it knows), kept by the fine-tuned model."""
-        return self.ckpt.get("conditions")
+                   meta.finetuned.from_weights_sha, meta)
 
 
 def follow_base(cfg: DictConfig, base: Base, say=log.info) -> None:
@@ -73,7 +74,7 @@ def follow_base(cfg: DictConfig, base: Base, say=log.info) -> None:
     wanted = {**{f"model.{k}": v for k, v in config_fields(hp["model"]).items()
                  if k in cfg.model and k not in FREE_ON_RESUME},
               "data.script": hp.get("script", "simplified"), "data.plan_tokens": ids is not None,
-              "data.conditions": (base.conditions or {}).get("shares") if ids and ids.segments else None}
+              "data.conditions": (dict(base.meta.conditions) or None) if ids and ids.segments else None}
     with open_dict(cfg):
         for key, value in wanted.items():
             group, name = key.split(".")
@@ -82,13 +83,12 @@ def follow_base(cfg: DictConfig, base: Base, say=log.info) -> None:
                 cfg[group][name] = value
 
 
-def finetune_record(base: Base, cfg: DictConfig, meta: dict) -> dict:
-    """What a fine-tuned checkpoint records of its start and its data: {"from": the base's file,
-    "from_weights_sha", "poets": [data.poets], "corpus": the corpus file's name, "train_poems",
-    "val_poems"} (meta: the data module's `meta`)."""
-    return {"from": str(base.path), "from_weights_sha": base.sha, "poets": list(cfg.data.get("poets") or []),
-            "corpus": Path(cfg.data.corpus_path).name, "train_poems": meta["train"]["poems"],
-            "val_poems": meta["val"]["poems"]}
+def finetune_record(base: Base, cfg: DictConfig, meta: dict) -> FineTuned:
+    """What a fine-tuned checkpoint records of its start and its data (`FineTuned`: the base's
+    file and weights' digest, `data.poets`, the corpus file's name, the training and held-out
+    poems; meta: the data module's `meta`)."""
+    return FineTuned(str(base.path), base.sha, tuple(cfg.data.get("poets") or ()), Path(cfg.data.corpus_path).name,
+                     meta["train"]["poems"], meta["val"]["poems"])
 
 
 def finetune_tag(poets, corpus_path: str) -> str:
@@ -119,7 +119,7 @@ def check_finetuning(cfg: DictConfig) -> Base | None:
     checkpoint resumed on other data."""
     if cfg.get("ckpt_path"):  # resuming: a fine-tuned checkpoint on its own data only
         path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir)
-        if record := read_trained(path, mmap=True).get("finetuned"):
+        if record := CheckpointMeta.from_checkpoint(read_trained(path, mmap=True)).finetuned:
             check_resume(record, cfg, path)
         return None
     if not is_finetuning(cfg):
@@ -133,14 +133,14 @@ def check_finetuning(cfg: DictConfig) -> Base | None:
     return base
 
 
-def check_resume(record: dict, cfg: DictConfig, path: Path) -> None:
+def check_resume(record: FineTuned, cfg: DictConfig, path: Path) -> None:
     """raises ValueError where a fine-tuned checkpoint (its `finetuned` record) is resumed on other data
     or without `experiment=finetune`: the run would go on with the default's steps or another corpus."""
-    poets, corpus = list(cfg.data.get("poets") or []), Path(cfg.data.corpus_path).name
-    if str(cfg.get("run_tag", "")).startswith("-ft-") and poets == record["poets"] and corpus == record["corpus"]:
+    poets, corpus = tuple(cfg.data.get("poets") or ()), Path(cfg.data.corpus_path).name
+    if str(cfg.get("run_tag", "")).startswith("-ft-") and poets == record.poets and corpus == record.corpus:
         return
-    data = f'"data.poets=[{",".join(record["poets"])}]"' if record["poets"] else f"data.corpus_path=<{record['corpus']}>"
-    raise ValueError(f"{path} is a fine-tuning run on {', '.join(record['poets']) or record['corpus']}: resume it as "
+    data = f'"data.poets=[{",".join(record.poets)}]"' if record.poets else f"data.corpus_path=<{record.corpus}>"
+    raise ValueError(f"{path} is a fine-tuning run on {', '.join(record.poets) or record.corpus}: resume it as "
                      f"it was started, python train.py experiment=finetune {data} ckpt_path={path.parent}")
 
 

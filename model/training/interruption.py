@@ -121,9 +121,9 @@ class StopOnSignal(L.Callback):
         if stop:
             path = self.dirpath / "last.ckpt"
             trainer.save_checkpoint(path, weights_only=False)  # Lightning: save optimizer and loops too (not a load)
-            record = getattr(pl_module, "finetuned", None)  # a fine-tuning run resumes with its data
-            data = (f'experiment=finetune "data.poets=[{",".join(record["poets"])}]" ' if record and record["poets"]
-                    else f"experiment=finetune data.corpus_path=<{record['corpus']}> " if record else "")
+            record = pl_module.engine.meta.finetuned  # a fine-tuning run resumes with its data
+            data = (f'experiment=finetune "data.poets=[{",".join(record.poets)}]" ' if record and record.poets
+                    else f"experiment=finetune data.corpus_path=<{record.corpus}> " if record else "")
             warn(f"stopped at step {trainer.global_step}; saved {path}. Resume with "
                  f"`python train.py {data}ckpt_path=last` (and the same settings)")
             self._stopped.set()

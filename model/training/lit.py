@@ -31,6 +31,7 @@ from torchmetrics import SumMetric
 
 from data.tokenizer import tokenizer_from_state
 from data.windows import IGNORE
+from model.checkpoint_meta import CheckpointMeta
 from model.engine import Engine
 from model.gpt import MODEL_FIELDS
 from model.loading import build_gpt
@@ -57,20 +58,22 @@ class LitGPT(L.LightningModule):
     """model: GPTConfig fields except vocab_size (`model.loading.build_gpt` decides the head for
     the vocabulary and fills the poem inputs' tables); optim: lr, weight_decay, betas,
     warmup_steps, min_lr_ratio; tokenizer: its `state_dict()`; script: corpus script.
-    engine: a loaded model to validate (`evaluate.py`) instead of a new one built from these
-    (not a hyper-parameter). `engine`: the inference engine around the model, `gpt`: the model."""
+    meta: what its checkpoints record beside the weights and these (`model.checkpoint_meta.CheckpointMeta`:
+    corpora, conditions and poets, fine-tuning), given to the engine it builds (not a hyper-parameter).
+    engine: a loaded model to validate (`evaluate.py`) instead of a new one built from these, with
+    its own meta (not a hyper-parameter). `engine`: the inference engine around the model, `gpt`: the model.
+    raises ValueError for both an engine and a meta."""
 
     def __init__(self, model: dict, optim: dict, tokenizer: dict, script: str = "simplified",
-                 engine: Engine | None = None):
+                 engine: Engine | None = None, meta: CheckpointMeta | None = None):
         super().__init__()
-        self.save_hyperparameters(ignore=["engine"], logger=False)  # into checkpoints; train.py logs the Hydra config
+        self.save_hyperparameters(ignore=["engine", "meta"], logger=False)  # into checkpoints; train.py logs the config
         if engine is None:
             tok = tokenizer_from_state(tokenizer)
-            engine = Engine(build_gpt(model, tok, script), tok, script)
+            engine = Engine(build_gpt(model, tok, script), tok, script, meta=meta)
+        elif meta is not None:
+            raise ValueError("LitGPT: give the meta to the engine (Engine(..., meta=...)), not beside it")
         self.engine, self.tokenizer, self.gpt = engine, engine.tokenizer, engine.model
-        self.corpora: dict | None = None  # the data module's `corpora_record`, saved in its checkpoints
-        self.conditions: dict | None = None  # the data module's `conditions_record`, saved in its checkpoints
-        self.finetuned: dict | None = None  # fine-tuned: what from and on (`model.training.finetune.finetune_record`)
         # (vocab_size,) characters each id begins: the `val/bpc` denominator; derived, so not saved
         self.register_buffer("char_counts", torch.tensor(self.tokenizer.char_counts), persistent=False)
         # validation sums, in float64: reduced across ranks, so the order of summation cannot matter
@@ -89,7 +92,7 @@ class LitGPT(L.LightningModule):
         keeps its base's). Sums for the
         data module's other validation sets (`val_names` after the reference: `val/<name>/…`)."""
         dm = getattr(self.trainer, "datamodule", None)
-        if stage == "fit" and dm is not None and self.finetuned is None:  # fine-tuned: the base's order
+        if stage == "fit" and dm is not None and self.engine.meta.finetuned is None:  # fine-tuned: the base's order
             self.gpt.lm_head.set_token_counts(torch.from_numpy(dm.token_counts()))
             self.train_tokens = int(getattr(dm, "train_tokens", 0) or dm.meta["train"]["tokens"])
         names = getattr(dm, "val_names", [""])[1:]
@@ -98,15 +101,10 @@ class LitGPT(L.LightningModule):
             for name in names})
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Records the corpora beyond the Tang one (`PoetryDataModule.corpora_record`), where there are
-        any, the conditions (`conditions_record`), what a fine-tuned model started from and read
-        (`finetuned`), and the training tokens seen."""
-        if self.corpora:
-            checkpoint["corpora"] = self.corpora
-        if self.conditions:
-            checkpoint["conditions"] = self.conditions
-        if self.finetuned:
-            checkpoint["finetuned"] = self.finetuned
+        """Records the engine's meta (`CheckpointMeta.to_checkpoint`: the corpora beyond the reference,
+        the conditions and poets, what a fine-tuned model started from and read) and the training
+        tokens seen."""
+        checkpoint.update(self.engine.meta.to_checkpoint())
         if self.tokens_seen is not None:
             checkpoint["tokens_seen"] = self.tokens_seen
 
