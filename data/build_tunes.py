@@ -11,7 +11,19 @@ from collections import defaultdict
 from pathlib import Path
 
 from data.corpus_io import load_corpus
-from data.verse.tunes import EITHER, TUNES_PATH, Variant, derive, rhyme_kept, tones_kept, tunes, variant_of, write
+from data.verse.tunes import (
+    BIND_SHARE,
+    EITHER,
+    TUNES_PATH,
+    Variant,
+    bind_share,
+    derive,
+    rhyme_kept,
+    tones_kept,
+    tunes,
+    variant_of,
+    write,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "corpus" / "ci.jsonl.xz"
@@ -35,7 +47,22 @@ def check(poems: list[dict], templates: dict[str, tuple[Variant, ...]]) -> dict[
                    for split, (n, m, _, rk, rt, tk, tt) in splits.items()} for tune, splits in tally.items()}
 
 
-def page(templates: dict[str, tuple[Variant, ...]], checks: dict[str, dict]) -> str:
+def bindings(poems: list[dict], templates: dict[str, tuple[Variant, ...]]) -> list[str]:
+    """The table rows of every bound segment (叶韵): tune, template, the two segments, the share of the
+    training 词 of that shape that rhyme both in one 部 (`data.verse.tunes.bind_share`)."""
+    rows, BREAK = [], " \\| "
+    for tune, variants in templates.items():
+        for k, v in enumerate(variants):
+            texts = [p["text"] for p in poems if p.get("tune") == tune and p["split"] == "train" and p["shape"] == v.shape]
+            for b, a in enumerate(v.bound):
+                if a is not None:
+                    hit, n = bind_share(texts, v, a, b)
+                    rows.append(f"| {tune} | {k + 1} ({v.layout(stanza_break=BREAK)}) | {a + 1} ({v.segments[a]}) → {b + 1} "
+                                f"({v.segments[b]}) | {hit} / {n} = {hit / n:.0%} |")
+    return rows
+
+
+def page(templates: dict[str, tuple[Variant, ...]], checks: dict[str, dict], bound: list[str]) -> str:
     """docs/tunes.md."""
     rows = []
     for tune, variants in templates.items():
@@ -67,6 +94,18 @@ def page(templates: dict[str, tuple[Variant, ...]], checks: dict[str, dict]) -> 
         "|---|---|---|---|---|---|---|---|---|---|",
         *filter(None, rows),
         "",
+        "## Bound rhyme segments (叶韵)",
+        "",
+        "A 仄 segment rhymed in the 部 of a 平 one (or the reverse) where the poets bind them: at least",
+        f"{BIND_SHARE:.0%} of the training 词 of the template's shape that rhyme both segments rhyme them in one",
+        "部 of 词林正韵 (`data.verse.tunes`, at least 5 词 of the shape). `rhyme=true` keeps the bound",
+        "segment in the 部 of the segment it is bound to (`model.sampling.rules.Rhyme`); every other",
+        "segment rhymes in a class of its own.",
+        "",
+        "| tune | template | segments | training 词 rhyming both in one 部 |",
+        "|---|---|---|---|",
+        *bound,
+        "",
     ])
 
 
@@ -75,7 +114,7 @@ def main() -> None:
     write(derive(poems))
     tunes.cache_clear()
     templates = tunes()
-    DOC.write_text(page(templates, check(poems, templates)), encoding="utf-8")
+    DOC.write_text(page(templates, check(poems, templates), bindings(poems, templates)), encoding="utf-8")
     print(f"wrote {len(templates)} tunes to {TUNES_PATH} and {DOC}")
 
 

@@ -10,8 +10,9 @@ from data.verse.poetry import FORMS, form_of, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
 from model.inspection.poem_metrics import poem_metrics
-from model.sampling.constraints import PoemConstraint
+from data.verse.templates import form_templates
 from model.sampling.poems import SamplingOptions, sample_poems
+from model.sampling.shape import TemplateConstraint
 from model.training.lit import LitGPT
 from tests.conftest import POEMS
 
@@ -93,8 +94,8 @@ def test_prompt_is_continued_within_the_form(lit):
     ({"prompt": "白日依山盡，", "form": "qijue"}, "line 1 continues with a character"),
     ({"prompt": "白日依山盡，黃", "acrostic": "白花明月"}, r"line 2 starts with 花"),
     ({"prompt": "白日依山盡，黃河入海樓。", "form": "wujue", "acrostic": "白河欲更"}, "line 2 starts with 河"),
-    ({"prompt": "白日依山盡，黃河入海月。", "form": "wujue", "rhyme": True}, "level-tone rhyme"),
-    ({"form": "wulv", "acrostic": "春花明月"}, "8 lines but the acrostic"),
+    ({"prompt": "白日依山盡，黃河入海月。", "form": "wujue", "rhyme": True}, "line 2 character 5 rhymes"),
+    ({"form": "wulv", "acrostic": "春花明月"}, "the acrostic 春花明月 has 4 characters, but wulv has 8 lines"),
     ({"rhyme": True}, "rhyme needs a form or an acrostic"),
     ({"form": "sonnet"}, "unknown form"),
     ({"acrostic": "春，"}, "acrostic"),
@@ -124,12 +125,12 @@ def test_rhyme_table_fixes_and_variant_glyphs():
 
 def test_constraint_needs_a_character_tokenizer():
     with pytest.raises(ValueError, match="character-level"):
-        PoemConstraint(object(), form="wujue")
+        TemplateConstraint(object(), [form_templates("wujue")])
 
 
-def test_a_constraint_needs_something_to_constrain(lit):
-    with pytest.raises(ValueError, match="nothing to constrain"):
-        PoemConstraint(lit.tokenizer)
+def test_rhyme_needs_lines_to_end(lit):
+    with pytest.raises(ValueError, match="rhyme needs a form or an acrostic"):
+        poems(lit, 1, rhyme=True)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -181,4 +182,4 @@ def test_bad_meter_requests_are_refused_before_generation(lit, opts, match):
 def test_meter_needs_both_tones_in_the_vocabulary():
     level_only = CharTokenizer.from_texts(["床前明光疑霜，。"])
     with pytest.raises(ValueError, match="both tones"):
-        PoemConstraint(level_only, form="wujue", meter=True, script="traditional")
+        TemplateConstraint(level_only, [form_templates("wujue", meter=True)], "traditional", meter=True)

@@ -10,8 +10,9 @@ from data.verse.poetry import FORMS, form_of, keyword_places, split_lines
 from model.cli import quote_non_ascii_overrides
 from model.inspection.evaluation import HELD_OUT, draw_keywords, evaluation_rows, sample_requests
 from model.inspection.poem_metrics import keyword_placement, poem_metrics
-from model.sampling.constraints import PoemConstraint, _Row
-from model.sampling.keywords import KeywordConstraint, _KeywordRow, clean_keywords, keyword_rows
+from data.verse.templates import form_templates
+from model.sampling.keywords import KeywordRow, clean_keywords, keyword_rows
+from model.sampling.shape import TemplateConstraint
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, write_corpus
@@ -79,30 +80,25 @@ def test_the_model_chooses_the_place_until_the_poem_runs_out_of_room(lit):
     """At the poem's start nothing is masked; with one odd line left for a five-character
     keyword (an even line's last character is the model's rhyme), only its first character may come."""
     tok = lit.engine.tokenizer
-    poem = PoemConstraint(tok, "wujue", script="traditional")
-    keywords = KeywordConstraint(tok, [("白日依山盡",)], poem)
-    assert keywords.placeable(_Row(), ["白日依山盡"])
-    assert keywords.placeable(_Row(line=2, pos=0, n_chars=5), ["白日依山盡"])
-    assert not keywords.placeable(_Row(line=2, pos=1, n_chars=5), ["白日依山盡"])  # line 4 ends in the rhyme
-    krow = _KeywordRow(("白日依山盡",), 1)
-    assert keywords._form_mask(krow, _Row(line=1, pos=0)) is None  # room left: the model chooses
-    mask = keywords._form_mask(krow, _Row(line=2, pos=0))
-    assert mask.nonzero().flatten().tolist() == [tok.stoi["白"]]
+    word = frozenset({"白日依山盡"})
+    kw = TemplateConstraint(tok, [form_templates("wujue")], "traditional", keywords=[tuple(word)]).kw
+    assert kw.placeable(0, 0, word, 1) and kw.placeable(0, 10, word, 1)  # the poem's start, line 3's
+    assert not kw.placeable(0, 11, word, 1)  # line 3 less a character: line 4 ends in the rhyme
+    row = KeywordRow(word, 1)
+    assert kw.mask(0, 5, row, {0}) is None  # line 2's start: room left, the model chooses
+    assert kw.mask(0, 10, row, {0}).nonzero().flatten().tolist() == [tok.stoi["白"]]
 
 
 def test_keywords_leave_the_rhyme_to_the_model_and_take_a_section_each(lit):
     """Without rhyme=true no keyword starts where it would take an even line's last character;
     two keywords in a wulv: the first by the end of line 4, the second by the end of line 8."""
     tok = lit.engine.tokenizer
-    keywords = KeywordConstraint(tok, [tuple(KEYWORDS)], PoemConstraint(tok, "wulv", script="traditional"))
-    krow = _KeywordRow(tuple(KEYWORDS), 2)
-    keywords._form_mask(krow, _Row(line=1, pos=2, n_chars=5))
-    assert krow.starts == tuple(KEYWORDS)
-    keywords._form_mask(krow, _Row(line=1, pos=3, n_chars=5))
-    assert krow.starts == ()  # 明月 or 故鄉 there would end line 2
-    keywords._form_mask(krow, _Row(line=2, pos=3, n_chars=5))
-    assert krow.starts == tuple(KEYWORDS)  # an odd line may end with one
-    mask = keywords._form_mask(krow, _Row(line=3, pos=2, n_chars=5))  # the last place in section 1
+    kw = TemplateConstraint(tok, [form_templates("wulv")], "traditional", keywords=[tuple(KEYWORDS)]).kw
+    row = KeywordRow(frozenset(KEYWORDS), 2)
+    assert set(kw.starts(0, 7, row)) == set(KEYWORDS)  # line 2, character 3
+    assert kw.starts(0, 8, row) == ()  # 明月 or 故鄉 there would end line 2
+    assert set(kw.starts(0, 13, row)) == set(KEYWORDS)  # an odd line may end with one
+    mask = kw.mask(0, 17, row, {0})  # line 4, character 3: the last place in section 1
     assert sorted(mask.nonzero().flatten().tolist()) == sorted(tok.stoi[w[0]] for w in KEYWORDS)
     out = poems(lit, 40, keywords=KEYWORDS, form="wulv", seed=2)
     assert all(min(i for i, line in enumerate(split_lines(p)) if any(w in line for w in KEYWORDS)) < 4 for p in out)
@@ -124,11 +120,11 @@ def test_a_keyword_the_model_does_not_start_stands_at_a_drawn_slot(lit):
 
 @pytest.mark.parametrize("opts, match", [
     ({"keywords": ["明月X"]}, "X"),
-    ({"keywords": ["白日依山盡千"], "form": "wujue"}, "has 6 characters, more than a line of a wujue holds"),
+    ({"keywords": ["白日依山盡千"], "form": "wujue"}, "has 6 characters, more than a line of wujue holds"),
     ({"keywords": ["白日依山盡黃河入"]}, "more than a line holds"),
     ({"keywords": ["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓", "明"], "form": "wujue"},
-     "have 21 characters, more than a wujue holds"),
-    ({"keywords": ["白日依山盡"], "form": "wujue", "acrostic": "春花千月"}, "clashes with the acrostic"),
+     "have 21 characters, more than wujue holds"),
+    ({"keywords": ["白日依山盡"], "form": "wujue", "acrostic": "春花千月"}, "cannot be placed in wujue with .*the acrostic"),
     ({"keywords": ["春花"], "acrostic": "白花千月白"}, None),  # fits inside a line: accepted
     ({"keywords": ["明月"], "control": "soft"}, None),  # no plan tokens: refused for control=soft anyway
     ({"keywords": ["明月。"]}, "not made of characters of a line"),
@@ -148,7 +144,7 @@ def test_keywords_that_cannot_be_placed_are_refused_before_sampling(lit, opts, m
 def test_a_keyword_whose_tones_fit_no_pattern_is_refused_under_meter(lit):
     level = [c for c, t in tones(lit.engine.tokenizer.itos, "traditional").items() if t == {"平"}]
     word = "".join(level[:4])  # four level tones in a row: no line of a 5-character pattern has them
-    with pytest.raises(ValueError, match=rf"the keyword {word} \(平平平平\) fits no position of the wujue's tone"):
+    with pytest.raises(ValueError, match=rf"the keyword {word} \(平平平平\) fits no position of wujue's 平仄"):
         poems(lit, 1, keywords=[word], form="wujue", meter=True)
     assert holds(poems(lit, 2, keywords=[word], form="wujue")[0], [word])  # without meter it fits
 
@@ -223,8 +219,10 @@ def test_free_poems_of_a_plan_model_hold_their_keywords():
 def test_the_refusal_names_the_rules_in_force_only(lit):
     with pytest.raises(ValueError) as err:
         poems(lit, 1, keywords=["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓"], form="wujue")
-    assert str(err.value) == ("the keywords 白日依山盡、黃河入海流、欲窮千里目、更上一層樓 cannot all be placed in a wujue "
-                              "with each even line's last character left to the model's own rhyme, "
+    assert str(err.value) == ("the keywords 白日依山盡、黃河入海流、欲窮千里目、更上一層樓 cannot all be placed in wujue "
+                              "with each rhyming line's last character left to the rhyme, "
                               "one keyword to each part of the poem")
-    lines = ["白日依山盡", "黃河入海流", "欲窮千里目", "更上一層樓"]  # with rhyme=true 流 and 樓 may end lines 2 and 4
-    assert all(holds(p, lines) for p in poems(lit, 2, keywords=lines, form="wujue", rhyme=True))
+    with pytest.raises(ValueError, match="with each rhyming line's last character left to the rhyme, the 平仄, the acrostic"):
+        poems(lit, 1, keywords=["黃河入海流"], form="wujue", meter=True, acrostic="黃白欲更")
+    odd = ["白日依山盡", "欲窮千里目"]  # whole lines that do not rhyme: lines 1 and 3, with rhyme=true too
+    assert all(holds(p, odd) for p in poems(lit, 2, keywords=odd, form="wujue", rhyme=True))

@@ -1,6 +1,7 @@
 """The masks held across the sampler's redesign: for every control combination the tests exercise
-(each form with and without rhyme, meter, acrostic, keywords, prompt, title; five tunes with each;
-hard on a model without plan tokens, both and soft on one with them), the set of tokens the
+(each form with and without rhyme, meter, acrostic, keywords, prompt, title, and the pairs of them
+the tests combine; five tunes with each; hard on a model without plan tokens, both and soft on one
+with them), the set of tokens the
 processors allow at every step of 20 seeded poems equals what tests/data/masks.json recorded
 (`python -m tests.test_masks_held --write`, first written on the sampler before the redesign).
 
@@ -34,8 +35,19 @@ MASKS = Path(__file__).parent / "data" / "masks.json"
 CORPUS = Path(__file__).parents[1] / "data" / "corpus" / "ci.jsonl.xz"
 TUNES = ("浣溪沙", "菩萨蛮", "水调歌头", "西江月", "如梦令")
 ACROSTIC = "春花秋月何时了往事知多少小楼昨夜又东风故国不堪回首月明中"
-CHANGED: dict[str, str] = {}
-"""Combination → why its masks changed on purpose (recorded anew with --write)."""
+BOUND = "西江月 binds its 仄 segment to its 平 rhyme's 部 (叶韵, 94 % of its training 词: docs/tunes.md)"
+ONE_SEARCH = ("one keyword placement for 诗 and 词: no keyword takes a rhyming line's last character, "
+              "under rhyme or meter too (the 词's rule; a 诗's keyword could end on a rhyme that rhymed)")
+TWO_TEMPLATES = ("an acrostic without a form is two templates, every line of 5 or of 7, and its keywords are placed "
+                 "in both (the 诗 sampler placed them in lines of 5 until a line had a 6th character)")
+CHANGED: dict[str, str] = {
+    **{f"西江月+{extra}+{control}": BOUND for extra in ("rhyme", "rhyme-keywords", "rhyme-prompt")
+       for control in ("hard", "both")},
+    **{f"wujue+meter-keywords+{control}": ONE_SEARCH for control in ("hard", "both")},
+    **{f"free+acrostic-keywords+{control}": TWO_TEMPLATES for control in ("hard", "both")},
+}
+"""Combination → why its masks changed on purpose (recorded anew, on the redesigned sampler, with
+`python -m tests.test_masks_held --changed`); every other one holds the first recording's."""
 
 
 def models() -> dict[str, LitGPT]:
@@ -64,17 +76,32 @@ def combinations() -> dict[str, tuple[str, dict]]:
                     continue
                 out[f"{what}+{extra or 'alone'}+{control}"] = model, {**base, **opts, "control": control}
         out[f"{what}+soft"] = "plan", {**base, "control": "soft"}
+    words = ["明月", "故乡"]
+    for what, n_lines in [*((f, FORMS[f][0]) for f in FORMS), *((t, len(tunes()[t][0].lines)) for t in TUNES)]:
+        base = {"form": what} if what in FORMS else {"tune": what}
+        pairs = {"rhyme-keywords": {"rhyme": True, "keywords": words}, "meter-keywords": {"meter": True, "keywords": words},
+                 "meter-acrostic": {"meter": True, "acrostic": ("白花千月" * 2 if what in FORMS else ACROSTIC)[:n_lines]},
+                 "rhyme-prompt": {"rhyme": True, "prompt": "春风"}, "acrostic-keywords": {"acrostic": ACROSTIC[:n_lines],
+                                                                                         "keywords": words}}
+        for extra, opts in pairs.items():
+            for model, control in (("plain", "hard"), ("plan", "both")):
+                out[f"{what}+{extra}+{control}"] = model, {**base, **opts, "control": control}
     for extra, opts in {"acrostic": {"acrostic": "春花秋月"}, "acrostic-rhyme": {"acrostic": "春花秋月", "rhyme": True},
-                        "keywords": {"keywords": ["明月", "故乡"]}}.items():
+                        "keywords": {"keywords": ["明月", "故乡"]},
+                        "acrostic-keywords": {"acrostic": "春花秋月", "keywords": ["明月", "故乡"]}}.items():
         for model, control in (("plain", "hard"), ("plan", "both")):
             out[f"free+{extra}+{control}"] = model, {**opts, "control": control}
     return out
 
 
 def record(lit: LitGPT, opts: dict) -> dict:
-    """{"digest": sha256 of every step's allowed set, "poems": a digest of each of the 20 poems}."""
+    """{"digest": sha256 of every step's allowed set, "poems": a digest of each of the 20 poems}, or
+    {"refused": True} for options refused before sampling."""
     o = SamplingOptions(num_samples=20, temperature=1.0, top_k=None, top_p=None, seed=11, max_new_tokens=160, **opts)
-    start, steps = poem_steps(lit.engine, o)
+    try:
+        start, steps = poem_steps(lit.engine, o)
+    except ValueError:
+        return {"refused": True}
     digest, chunks = hashlib.sha256(), [start]
     for step in steps:
         if isinstance(step, torch.Tensor):  # a prompt after the drawn plan
@@ -106,6 +133,11 @@ def test_the_masks_of_every_control_combination_are_held(built, name):
     assert got == want, f"{name}: masks differ; first poem that parts: {parted}"
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    MASKS.write_text(json.dumps(recorded(), ensure_ascii=False, indent=0), encoding="utf-8")
+if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--changed"]):
+    if sys.argv[1] == "--write":
+        masks = recorded()
+    else:
+        built, masks = models(), json.loads(MASKS.read_text(encoding="utf-8"))
+        masks |= {name: record(built[combinations()[name][0]], combinations()[name][1]) for name in CHANGED}
+    MASKS.write_text(json.dumps(masks, ensure_ascii=False, indent=0), encoding="utf-8")
     print(f"wrote {MASKS}")

@@ -14,7 +14,8 @@ from data.tokenizer import CharTokenizer
 from data.verse.tunes import draw_tunes, find_tune, rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_ci_table, format_scores, heldout_ci
 from model.inspection.evaluation import ci_sets, is_ci, sample_requests
-from model.sampling.poems import SamplingOptions, sample_poems
+from model.sampling.poems import SamplingOptions, sample_poems, tune_templates
+from model.sampling.shape import TemplateConstraint
 from model.training.lit import LitGPT
 from tests.test_ci import HUANXISHA
 
@@ -96,7 +97,7 @@ def test_an_unknown_tune_names_only_the_tunes_near_it(name, said):
     ({"tune": "浣溪沙", "keywords": ["明月"], "control": "soft"}, "needs a model trained with plan tokens"),
     ({"tune": "浣溪沙", "keywords": ["明月。"]}, "not made of characters of a line"),
     ({"tune": "浣溪沙", "keywords": ["明月照高楼上", "故乡千万里外"], "acrostic": "春夏秋冬风花"},  # only line 4
-     "cannot all be placed in 浣溪沙 with .* the acrostic, one keyword to each part of the 词"),  # has no rhyme
+     "cannot all be placed in 浣溪沙 with .* the acrostic, one keyword to each part of the poem"),  # has no rhyme
     ({"form": "cii"}, "unknown form 'cii'"),
     ({"tune": "浣溪沙", "form": "qijue"}, "writes a 词 \\(form=ci\\), not a qijue"),
     ({"tune": "水调歌头", "max_new_tokens": 100}, "too few for this poem"),
@@ -154,11 +155,9 @@ def test_the_evaluation_ci_sets_keep_their_tunes_by_masks(lit):
 
 
 def test_a_vocabulary_without_enough_rhymes_is_refused_in_one_line(lit):
-    from model.sampling.tunes import TuneConstraint
-
     tok = CharTokenizer.from_texts(["春花秋月何时了，往事知多少。"])
     with pytest.raises(ValueError, match="no 词林正韵 class has .* characters of the tone 浣溪沙 rhymes in"):
-        TuneConstraint(tok, "浣溪沙", rhyme=True)  # five rhymes of one class: this vocabulary has none
+        TemplateConstraint(tok, [tune_templates("浣溪沙")], rhyme=True)  # five rhymes of one class: none here
 
 
 def plan_lit(tunes_too: bool):
@@ -285,16 +284,13 @@ def test_keywords_in_a_ci_with_and_without_the_kv_cache_and_per_row(lit):
 
 
 def test_the_keyword_rules_allow_a_character_exactly_when_their_mask_does(lit):
-    """`TuneKeywords.allowed` (what a drawn character is checked by) and `mask` (what the model may
+    """`Placement.allowed` (what a drawn character is checked by) and `mask` (what the model may
     draw) agree at every step of a 词, for every character of the vocabulary."""
-    from model.sampling.tunes import TuneConstraint
-
     tok = lit.engine.tokenizer
     words = ("明月", "故乡")
     poem = ci(lit, 1, tune="浣溪沙", keywords=list(words), seed=3)[0]
-    c = TuneConstraint(tok, "浣溪沙", keywords=[words], seed=3)
-    row = c._start("浣溪沙", words)
-    row.plan_left = 0
+    c = TemplateConstraint(tok, [tune_templates("浣溪沙")], keywords=[words], seed=3)
+    row = c._start(0, words, plan=False)
     hanzi = [ch for ch in tok.itos if ch in poem or ch in "明月故乡春风"]
     for ch in poem:
         if ch not in "，。、":
@@ -311,20 +307,20 @@ def test_a_row_plans_a_template_token_drawn_by_share_among_those_its_prompt_fits
     """水调歌头's four template tokens are drawn by their training 词 (213 : 199 : 106 : 64); a prompt
     whose third line has 4 characters fits only the second and fourth templates (4，7。)."""
     from data.verse.plan import plan_ids, plan_labels
-    from model.sampling.tunes import TuneConstraint
 
     texts = [p["text"] for p in islice(iter_corpus(CORPUS_DIR / "ci.jsonl.xz"), 3000)]
     tok = CharTokenizer.from_texts(texts, plan_labels(tunes=True))
     ids = plan_ids(tok)
     counts = [v.count for v in tunes()["水调歌头"][:4]]
-    drawn = TuneConstraint(tok, "水调歌头").plans(3000, seed=1)
+    drawn = TemplateConstraint(tok, [tune_templates("水调歌头")]).plans(3000, seed=1)
     for i, n in zip(ids.tunes["水调歌头"], counts):
         assert abs(sum(r == [i] for r in drawn) / 3000 - n / sum(counts)) < 0.03
-    fitted = TuneConstraint(tok, "水调歌头", prompt="明月几时有，把酒问青天。不知天上，").plans(2000, seed=1)
+    fitted = TemplateConstraint(tok, [tune_templates("水调歌头")], prompt="明月几时有，把酒问青天。不知天上，").plans(
+        2000, seed=1)
     second, fourth = ids.tunes["水调歌头"][1], ids.tunes["水调歌头"][3]
     assert {r[0] for r in fitted} == {second, fourth}
     assert abs(sum(r == [second] for r in fitted) / 2000 - 199 / 263) < 0.03
-    assert TuneConstraint(tok, "浣溪沙").plans(3, seed=0) == [[ids.tunes["浣溪沙"][0]]] * 3
+    assert TemplateConstraint(tok, [tune_templates("浣溪沙")]).plans(3, seed=0) == [[ids.tunes["浣溪沙"][0]]] * 3
 
 
 @pytest.mark.parametrize("control", ["both", "hard", "soft"])

@@ -20,6 +20,7 @@ Nothing here is written out by hand but `VERSE_FORMS`: adding a regulated form i
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -88,7 +89,7 @@ class Template:
 
     def line_of(self, k: int) -> int:
         """The line (0-based) position k is in."""
-        return max(i for i, s in enumerate(self.starts) if s <= k)
+        return bisect_right(self.starts, k) - 1
 
 
 def _shape(n_lines: int, n_chars: int) -> str:

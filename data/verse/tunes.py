@@ -19,6 +19,9 @@ How each is read from the corpus (`derive`):
   line ends that rhyme with each other that often form a segment, and the segment's tone is
   the tone of the classes they share most often; the last line end always rhymes (in the
   segment of the rhyme before it);
+- **bound segments** (叶韵): a segment is bound to an earlier one of the other tone when at least
+  `BIND_SHARE` of the training 词 of the shape (at least `MIN_EVIDENCE` of them) that rhyme both
+  rhyme them in one 部 of 词林正韵 (西江月 rhymes its 仄 lines in its 平 rhyme's 部);
 - **stanza break** (上阕/下阕; the source does not mark it): a template has two stanzas when,
   after some rhyming line (at a segment's end when the rhyme changes), the two halves end with a
   run of at least two equal line lengths (the 下阕 repeats the 上阕's close), else one (单调); the
@@ -34,7 +37,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from difflib import get_close_matches
 from functools import lru_cache
 from pathlib import Path
@@ -61,6 +64,7 @@ COVERAGE = 0.9
 TONE_SHARE = 0.8
 MIN_EVIDENCE = 5
 RHYME_SHARE = 0.5
+BIND_SHARE = 0.5
 EITHER = "中"
 SCRIPT = "simplified"  # the corpus's script (as published)
 
@@ -211,10 +215,27 @@ def derive(poems: Iterable[dict], min_tune: int = MIN_TUNE) -> dict[str, list[Va
             held += count
             position_tones = _position_tones(bodies)
             starts = [e - n + 1 for e, n in zip(ends, lengths)]
-            variants.append(Variant(shape, count, _stanza(lengths, rhymes), tuple(rhymes), tuple(segments),
-                                    tuple(position_tones[s:e + 1] for s, e in zip(starts, ends))))
+            v = Variant(shape, count, _stanza(lengths, rhymes), tuple(rhymes), tuple(segments),
+                        tuple(position_tones[s:e + 1] for s, e in zip(starts, ends)))
+            variants.append(replace(v, bound=_bound([p["text"] for p in train if p["shape"] == shape], v)))
         out[tune] = variants
     return out
+
+
+def bind_share(texts: Iterable[str], v: Variant, a: int, b: int) -> tuple[int, int]:
+    """(词 whose segments a and b rhyme in one 部, 词 that rhyme both) among `texts` of `v`'s shape."""
+    pairs = [(segment_rhyme(t, v, a)[0], segment_rhyme(t, v, b)[0]) for t in texts]
+    pairs = [(x, y) for x, y in pairs if x and y]
+    return sum(x[0] == y[0] for x, y in pairs), len(pairs)
+
+
+def _bound(texts: list[str], v: Variant) -> tuple[int | None, ...]:
+    """Per segment, the earlier one of the other tone it is bound to (module docstring); () for none."""
+    out = [None] * len(v.segments)
+    for b in range(1, len(v.segments)) if len(texts) >= MIN_EVIDENCE else ():
+        out[b] = next((a for a in range(b) if v.segments[a] != v.segments[b]
+                       and (share := bind_share(texts, v, a, b))[1] and share[0] / share[1] >= BIND_SHARE), None)
+    return tuple(out) if any(x is not None for x in out) else ()
 
 
 def write(tunes: dict[str, list[Variant]], path: Path = TUNES_PATH) -> None:
@@ -222,7 +243,8 @@ def write(tunes: dict[str, list[Variant]], path: Path = TUNES_PATH) -> None:
     def dump(obj) -> str:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
-    tunes_ = [f"{dump(tune)}:[\n" + ",\n".join(dump(asdict(v)) for v in variants) + "]"
+    tunes_ = [f"{dump(tune)}:[\n" + ",\n".join(dump({k: x for k, x in asdict(v).items() if x or k != "bound"})
+                                               for v in variants) + "]"
               for tune, variants in tunes.items()]
     path.write_text("{\n" + ",\n".join(tunes_) + "\n}\n", encoding="utf-8")
 

@@ -235,7 +235,8 @@ class Placement:
         if (total := sum(map(len, words))) > (size := max(t.length for t in templates)):
             raise ValueError(f"the keywords {'、'.join(words)} have {total} characters, more than {name} holds ({size})")
         for w in words:
-            if self.tones and not any(self.tones.fits(i, j, w) for i in live for j in range(self.templates[i].length)):
+            if self.tones and not any(self.tones.fits(i, j, w) for i in live for j in range(self.templates[i].length)
+                                      if j + len(w) <= self._line(i, j)[2]):
                 tones = "".join("/".join(sorted(self.tones.tones.get(c, ()))) or "?" for c in w)
                 raise ValueError(f"the keyword {w} ({tones}) fits no position of {name}'s 平仄 (meter=true)")
         if not any(self.placeable(i, k, frozenset(words), len(words)) for i in live):
@@ -315,7 +316,7 @@ class FreeKeywords:
         (k, marked), t = row.at, row.planned.templates[0]
         row.planned.key(row, k, (0,))  # the slot is drawn at the first step it is due, a line's end too
         mask = None if k in t.marks and not marked else row.planned.mask(0, k, row, (0,))
-        return self._no_eos if mask is None else mask & self._no_eos
+        return self._no_eos if mask is None else (mask | self._plan) & self._no_eos  # the rhyme slot may be still to draw
 
     def _advance(self, row: KeywordRow, c: str) -> None:
         """Move the row past c (drawn or given); a free poem leaves its planned form at the first

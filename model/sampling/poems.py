@@ -46,8 +46,8 @@ from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords, keyword_rows
 from model.sampling.shape import TemplateConstraint
 from model.sampling.title_plan import with_plan
 
-RECIPE = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "sampling.yaml")
-"""The sampling recipe (conf/sampling.yaml, the one copy): `SamplingOptions`' defaults, and the
+RECIPE = OmegaConf.load(Path(__file__).with_name("recipe.yaml"))
+"""The sampling recipe (model/sampling/recipe.yaml, the one copy): `SamplingOptions`' defaults, and the
 entry configs' and training callbacks' values, which compose the same file."""
 
 CI = "ci"

@@ -59,6 +59,12 @@ def book_tables(tok: CharTokenizer, script: str, book: str) -> tuple[dict, dict]
     return classes, masks
 
 
+def where(t: Template, k: int) -> str:
+    """Position k of a template in words: `line 2 character 3`."""
+    line = t.line_of(k)
+    return f"line {line + 1} character {k - t.starts[line] + 1}"
+
+
 def tone_of(cls) -> str:
     """A class's tone: a 词林正韵 class carries it, a 平水韵 level-tone group is 平."""
     return cls[1] if isinstance(cls, tuple) else LEVEL
@@ -112,7 +118,8 @@ class Tones(Rule):
         return None if tone == EITHER else self.tone_masks[tone]
 
     def why_not(self, i: int, row: Row, c: str) -> str | None:
-        return None if self.fits(i, row.k, c) else f"character {row.k + 1} is {self.templates[i].tones[row.k]} (meter)"
+        return None if self.fits(i, row.k, c) else \
+            f"{where(self.templates[i], row.k)} must be {self.templates[i].tones[row.k]} (meter)"
 
 
 class Acrostic(Rule):
@@ -132,7 +139,7 @@ class Acrostic(Rule):
 
     def why_not(self, i: int, row: Row, c: str) -> str | None:
         want = self.at(i, row.k)
-        return None if want in (None, c) else f"the line starts with {want} (acrostic)"
+        return None if want in (None, c) else f"line {self.templates[i].line_of(row.k) + 1} starts with {want} (acrostic)"
 
 
 @dataclass
@@ -178,7 +185,7 @@ class Rhyme(Rule):
     def why_not(self, i: int, row: Row, c: str) -> str | None:
         if (s := self.due(i, row)) is None or self.classes.get(c, frozenset()) & self.allowed(i, row, s):
             return None
-        return f"character {row.k + 1} rhymes ({self.templates[i].segments[s]}韵" + \
+        return f"{where(self.templates[i], row.k)} rhymes ({self.templates[i].segments[s]}韵" + \
             (", in the rhyme so far)" if row.rhyme[s] is not None else ")")
 
     def advance(self, row: Row, c: str, live: frozenset[int]) -> None:

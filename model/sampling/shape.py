@@ -64,6 +64,10 @@ class TemplateConstraint:
         self.hanzi, char_tones, tone_masks = vocabulary_tables(tokenizer, script)
         self.acrostic = Acrostic(self.templates, acrostic, self.only) if acrostic else None
         self.tones = Tones(self.templates, char_tones, tone_masks) if meter else None
+        if meter and not all(m.any() for m in tone_masks.values()):
+            raise ValueError("meter needs characters of both tones (平 and 仄) in the vocabulary")
+        if self.tones and self.acrostic:  # the templates whose line openings the acrostic fits
+            self.groups = [self._fitting(g, acrostic) for g in self.groups]
         self.rhyme = rhyme_rule(tokenizer, script, self.templates, self.plan) if rhyme else None
         self.rules: list[Rule] = [r for r in (self.acrostic, self.tones, self.rhyme) if r is not None]
         self.keywords = [tuple(w for w in row if w not in prompt) for row in keywords]
@@ -85,8 +89,16 @@ class TemplateConstraint:
             raise ValueError(f"the vocabulary lacks {marks}, which every template of {name} needs")
         if acrostic and not (usable := [t for t in usable if len(t.lines) == len(acrostic)]):
             lines = " or ".join(map(str, sorted({len(t.lines) for t in templates})))
-            raise ValueError(f"{name} has {lines} lines but the acrostic {acrostic} has {len(acrostic)}")
+            raise ValueError(f"the acrostic {acrostic} has {len(acrostic)} characters, but {name} has {lines} lines")
         return usable
+
+    def _fitting(self, g: frozenset[int], acrostic: str) -> frozenset[int]:
+        """The templates of g whose line openings have the acrostic's tones. raises ValueError if none has."""
+        kept = frozenset(i for i in g if all(self.tones.fits(i, k, c) for k, c in zip(self.templates[i].starts, acrostic)))
+        if not kept:
+            raise ValueError(f"the acrostic {acrostic!r} fits none of the {self.templates[min(g)].name} tone patterns "
+                             "(meter=true)")
+        return kept
 
     def only(self, chars: Iterable[str]) -> torch.Tensor:
         """(V,) bool: only these characters."""
@@ -178,6 +190,13 @@ class TemplateConstraint:
             return "mark", t.marks[row.k]
         return ("end", None) if row.k == t.length else ("char", None)
 
+    def _why_no_mark(self, row: Row) -> str:
+        i = min(row.live)
+        kind, mark = self._expects(i, row)
+        line = self.templates[i].line_of(row.k if kind == "char" else row.k - 1)
+        return (f"line {line + 1} continues with a character, not a mark" if kind == "char" else
+                f"line {line + 1} ends with {mark}" if kind == "mark" else "the poem ends here")
+
     def _char_ok(self, i: int, row: Row, c: str) -> str | None:
         kind, mark = self._expects(i, row)
         if kind != "char":
@@ -191,7 +210,7 @@ class TemplateConstraint:
         if c in CI_LINE_END:
             live = frozenset(i for i in row.live if self._expects(i, row) == ("mark", c))
             if not live:
-                return "no line ends here" + ("" if row.k else " (a poem starts with a character)")
+                return self._why_no_mark(row)
             row.live, row.marked = live, True
             row.ended = all(self.templates[i].length == row.k for i in live)
             if row.kw is not None:
