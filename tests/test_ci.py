@@ -138,13 +138,16 @@ def test_the_tunes_page_is_generated_from_the_shipped_templates():
 
 
 def test_only_xijiangyue_binds_a_segment_and_most_of_its_poets_do():
-    """西江月's 仄 lines rhyme in its 平 rhyme's 部 (叶韵) in 392 of the 417 training 词 of its shape;
-    菩萨蛮, which changes rhyme, binds nothing (its segments share a 部 in 5 %)."""
+    """西江月's 仄 lines rhyme in its 平 rhyme's 部 (叶韵): every rhyme in one 部 in 320 of the 417
+    training 词 of its shape; 菩萨蛮, which changes rhyme, binds nothing."""
     bound = {t: [(k, v.bound) for k, v in enumerate(vs) if v.bound] for t, vs in tunes().items()}
     assert {t: b for t, b in bound.items() if b} == {"西江月": [(0, (None, 0))]}
     poems = [p["text"] for p in corpus("ci") if p["tune"] == "西江月" and p["split"] == "train"
              and p["shape"] == tunes()["西江月"][0].shape]
-    assert bind_share(poems, tunes()["西江月"][0], 0, 1) == (392, 417)
+    assert bind_share(poems, tunes()["西江月"][0], 0, 1) == (320, 417)
+    pusaman = tunes()["菩萨蛮"][0]
+    texts = [p["text"] for p in corpus("ci") if p["tune"] == "菩萨蛮" and p["shape"] == pusaman.shape][:200]
+    assert bind_share(texts, pusaman, 0, 1)[0] < 20
 
 
 def test_every_pingshui_group_has_a_bu():

@@ -55,6 +55,18 @@ def test_every_ci_keeps_its_tunes_template_rhyme_and_tones_by_masks(lit, tune):
     assert kept(shape_only, tune)[0] == 1.0 and kept(shape_only, tune)[1] < 1.0  # rhyme is the masks' doing
 
 
+def test_xijiangyue_rhymes_its_oblique_lines_in_its_level_rhymes_bu(lit):
+    """西江月 binds its 仄 segment to its 平 one (叶韵): with rhyme=true every 词 has all six rhymes
+    in one 部; without the binding an untrained model's 仄 rhymes land there by chance only."""
+    from data.verse.tunes import bind_share
+
+    v = tunes()["西江月"][0]
+    poems = [p for p in ci(lit, 40, tune="西江月", rhyme=True, seed=4) if variant_of(p, "西江月") == v]
+    assert len(poems) > 30 and bind_share(poems, v, 0, 1) == (len(poems), len(poems))
+    free = [p for p in ci(lit, 40, tune="西江月", seed=4) if variant_of(p, "西江月") == v]
+    assert bind_share(free, v, 0, 1)[0] < len(free) / 2
+
+
 def test_the_same_ci_with_and_without_the_kv_cache(lit):
     opts = {"tune": "菩萨蛮", "rhyme": True, "meter": True, "seed": 2}
     assert ci(lit, 6, **opts) == ci(lit, 6, use_cache=False, **opts)

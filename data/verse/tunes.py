@@ -19,9 +19,9 @@ How each is read from the corpus (`derive`):
   line ends that rhyme with each other that often form a segment, and the segment's tone is
   the tone of the classes they share most often; the last line end always rhymes (in the
   segment of the rhyme before it);
-- **bound segments** (叶韵): a segment is bound to an earlier one of the other tone when at least
-  `BIND_SHARE` of the training 词 of the shape (at least `MIN_EVIDENCE` of them) that rhyme both
-  rhyme them in one 部 of 词林正韵 (西江月 rhymes its 仄 lines in its 平 rhyme's 部);
+- **bound segments** (叶韵): a segment is bound to an earlier one of the other tone when in at least
+  `BIND_SHARE` of the training 词 of the shape (at least `MIN_EVIDENCE` of them) every rhyme of
+  both falls in one 部 of 词林正韵 (西江月 rhymes its 仄 lines in its 平 rhyme's 部);
 - **stanza break** (上阕/下阕; the source does not mark it): a template has two stanzas when,
   after some rhyming line (at a segment's end when the rhyme changes), the two halves end with a
   run of at least two equal line lengths (the 下阕 repeats the 上阕's close), else one (单调); the
@@ -222,11 +222,17 @@ def derive(poems: Iterable[dict], min_tune: int = MIN_TUNE) -> dict[str, list[Va
     return out
 
 
+def _shared_bu(text: str, v: Variant, s: int) -> frozenset[int]:
+    """The 部 every rhyme position of segment s has a class of, in the segment's tone."""
+    classes, body = rhyme_classes(SCRIPT), _body(text)
+    chars = [body[e] for e, r in zip(_ends(v.shape), v.rhymes) if r == s and e < len(body)]
+    return frozenset.intersection(*(frozenset(k[0] for k in classes.get(c, ()) if k[1] == v.segments[s]) for c in chars))
+
+
 def bind_share(texts: Iterable[str], v: Variant, a: int, b: int) -> tuple[int, int]:
-    """(词 whose segments a and b rhyme in one 部, 词 that rhyme both) among `texts` of `v`'s shape."""
-    pairs = [(segment_rhyme(t, v, a)[0], segment_rhyme(t, v, b)[0]) for t in texts]
-    pairs = [(x, y) for x, y in pairs if x and y]
-    return sum(x[0] == y[0] for x, y in pairs), len(pairs)
+    """(词 all of whose rhymes of segments a and b fall in one 部, 词) among `texts` of `v`'s shape."""
+    texts = list(texts)
+    return sum(bool(_shared_bu(t, v, a) & _shared_bu(t, v, b)) for t in texts), len(texts)
 
 
 def _bound(texts: list[str], v: Variant) -> tuple[int | None, ...]:
