@@ -6,7 +6,7 @@ import torch
 
 from data.tokenizer import CharTokenizer, UnknownCharactersError
 from data.verse.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
-from data.verse.poetry import FORMS, form_of, split_lines
+from data.verse.poetry import FORMS, VERSE_FORMS, form_of, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
 from model.inspection.poem_metrics import poem_metrics
@@ -32,10 +32,10 @@ def poems(lit, n, **kw):
     return sample_poems(lit.engine, SamplingOptions(num_samples=n, temperature=1.0, top_k=None, **kw))
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", VERSE_FORMS)
 def test_every_sample_has_the_form(lit, form):
-    out = poems(lit, 200, form=form)
-    assert [form_of(p) for p in out] == [form] * 200
+    out = poems(lit, 200, form=form, max_new_tokens=100)
+    assert [form_of(p, VERSE_FORMS) for p in out] == [form] * 200
     assert len(set(out)) > 150  # constrained, still sampled
 
 
@@ -114,6 +114,22 @@ def test_unknown_characters_are_listed_with_variants_in_the_vocabulary(lit):
         poems(lit, 1, prompt="縁")
 
 
+def test_the_corpus_other_holds_pailv_that_keep_nian_and_dui(corpus_texts):
+    """The 排律 (wupai, qipai) are templates of the 律 patterns continued to twelve lines: the corpus's
+    `other` holds 2,503 poems of twelve 5-character lines, 672 of them keeping 黏 and 对 at every 2nd
+    and 4th character (555 fit a pattern under 一三五不论), and 226 of twelve 7-character lines (23, 21)."""
+    from data.verse.meter import opposed, sticks
+
+    counts = {}
+    for form in ("wupai", "qipai"):
+        lines = [poem_lines(p) for p in corpus_texts if form_of(p, VERSE_FORMS) == form]
+        kept = [ls for ls in lines if all(opposed(a, b, "traditional") for a, b in zip(ls[0::2], ls[1::2]))
+                and all(sticks(a, b, "traditional") for a, b in zip(ls[1::2], ls[2::2]))]
+        counts[form] = len(lines), len(kept), sum(bool(matching_patterns(ls, form, "traditional", relaxed=True))
+                                                  for ls in lines)
+    assert counts == {"wupai": (2503, 672, 555), "qipai": (226, 23, 21)}
+
+
 def test_rhyme_table_fixes_and_variant_glyphs():
     simplified = rhyme_groups("先光乡为床月", "simplified")
     assert simplified["先"] == {"下平聲一先"}  # missing from the package's table; added
@@ -133,12 +149,13 @@ def test_rhyme_needs_lines_to_end(lit):
         poems(lit, 1, rhyme=True)
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", VERSE_FORMS)
 def test_meter_poems_all_comply_measured_by_the_metrics(lit, form):
-    """meter=true: 100 poems per form, every one fits a standard pattern at every character
-    and rhymes (measured by evaluate.py's metrics); a first line that ends level rhymes too."""
-    out = poems(lit, 100, form=form, meter=True)
-    m = poem_metrics(out, "traditional", frozenset())
+    """meter=true: 100 poems per form (the 排律 too: the 律 patterns continued), every one fits a
+    standard pattern at every character and rhymes (measured by evaluate.py's metrics); a first
+    line that ends level rhymes too."""
+    out = poems(lit, 100, form=form, meter=True, max_new_tokens=100)
+    m = poem_metrics(out, "traditional", frozenset(), forms=VERSE_FORMS)
     assert m[form] == 1 and m["meter"] == 1 and m["rhyme_regulated"] == 1
     assert m["alternation"] == m["nian"] == m["dui"] == 1
     assert len(set(out)) == 100

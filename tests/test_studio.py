@@ -71,7 +71,8 @@ def test_options_give_every_sample_control_and_the_model(client, ckpt):
     assert set(OPTIONS) == {"prompt", "form", "rhyme", "meter", "acrostic", "keywords", "temperature", "top_k", "top_p",
                             "repetition_penalty", "seed", "control", "max_new_tokens", "keywords_forced", "title",
                             "title_plan", "poet", "tune"}
-    assert info["forms"] == ["wujue", "qijue", "wulv", "qilv"] and info["controls"] == ["hard", "soft", "both"]
+    assert [f["name"] for f in info["forms"]] == ["wujue", "qijue", "wulv", "qilv", "wupai", "qipai"]
+    assert info["forms"][4]["title"] == "五言排律" and info["controls"] == ["hard", "soft", "both"]
     assert len(info["tunes"]) == 49 and info["tunes"][:2] == ["浣溪沙", "水调歌头"]
     assert info["model"] == {"ckpt_path": str(ckpt), "plan": False, "n_layer": 2, "n_head": 2, "block_size": 32,
                              "vocab_size": load_engine(ckpt).tokenizer.vocab_size}

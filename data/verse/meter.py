@@ -27,7 +27,7 @@ from functools import lru_cache
 from itertools import product
 from typing import Iterable
 
-from data.verse.poetry import FORMS, LINE_END, VERSE_FORMS, split_lines
+from data.verse.poetry import LINE_END, VERSE_FORMS, split_lines
 from data.verse.rhyme import is_level_tone, readings, rhyme_groups
 
 LEVEL, OBLIQUE = "平", "仄"
@@ -94,7 +94,7 @@ def matching_patterns(lines: list[str], form: str, script: str, relaxed: bool = 
     polyphonic one has both); relaxed: positions of `free_positions` are not checked. Empty
     if none fits or the lines do not have the form's shape. raises ValueError for an unknown form."""
     pats = patterns(form)
-    n_lines, n_chars = FORMS[form]
+    n_lines, n_chars = VERSE_FORMS[form]
     if len(lines) != n_lines or any(len(line) != n_chars for line in lines):
         return []
     have, free = tones("".join(lines), script), free_positions(n_chars, relaxed)

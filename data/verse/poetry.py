@@ -18,6 +18,9 @@ corpus's forms (`form_of`), each with its plan token (`data.verse.plan.FORM_LABE
 VERSE_FORMS = {**FORMS, "wupai": (12, 5), "qipai": (12, 7)}
 """Every regulated form the sampler writes (`data.verse.templates.form_templates`): `FORMS` and the
 排律 of twelve lines (五言六韵, 七言六韵), which the corpus counts as `other`."""
+FORM_TITLES = {"wujue": "五言绝句", "qijue": "七言绝句", "wulv": "五言律诗", "qilv": "七言律诗", "wupai": "五言排律",
+               "qipai": "七言排律"}
+"""Each of `VERSE_FORMS` by its Chinese name (the studio's form menu)."""
 
 _NOTE = re.compile(r"（[^（）]*）")  # an editor's note such as （一作「叉」）
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")  # an editor's emendation such as [爽]
@@ -67,14 +70,15 @@ def line_length(line: str) -> int:
     return len(line.rstrip(LINE_END))
 
 
-def form_of(text: str) -> str:
+def form_of(text: str, forms: dict[str, tuple[int, int]] = FORMS) -> str:
     """Tag a poem `wujue` (4 lines × 5), `qijue` (4 × 7), `wulv` (8 × 5), `qilv` (8 × 7)
-    or `other`. Every line must have the same length and end with a mark from `LINE_END`."""
+    or `other` (with forms=VERSE_FORMS also `wupai`, `qipai`: 12 × 5, 12 × 7). Every line must have
+    the same length and end with a mark from `LINE_END`."""
     lines = split_lines(text)
     if not lines or any(line[-1] not in LINE_END for line in lines):
         return "other"
     lengths = {line_length(line) for line in lines}
-    for name, (n_lines, n_chars) in FORMS.items():
+    for name, (n_lines, n_chars) in forms.items():
         if len(lines) == n_lines and lengths == {n_chars}:
             return name
     return "other"

@@ -25,11 +25,11 @@ from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_ids
-from data.verse.poetry import FORMS
+from data.verse.poetry import FORMS, VERSE_FORMS
 from data.verse.tunes import draw_tunes
 from model.engine import Engine
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, heldout_ci
-from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
+from model.inspection.poem_metrics import FORM_NAMES, PAILV, keyword_placement, poem_metrics, training_lines
 from model.sampling.conditions import known_poets
 from model.sampling.poems import SamplingOptions, check_keywords, poem_text, read_plans, sample_ids
 
@@ -52,7 +52,7 @@ HELD_OUT = "held-out"
 the title of a held-out poem."""
 EVERY_POET = "every poet"
 """A request's `poet` that stands for the model's poets in turn."""
-ACROSTICS = {4: "春夏秋冬", 8: "春夏秋冬风花雪月"}
+ACROSTICS = {4: "春夏秋冬", 8: "春夏秋冬风花雪月", 12: "春夏秋冬风花雪月琴棋书画"}
 """The acrostic of the `+acrostic+keywords` sets, by the form's line count."""
 REFERENCE = "human (held-out)"
 """The name of the reference row: held-out poems of the corpus's validation split."""
@@ -72,9 +72,9 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     raises ValueError for an unknown kind or form.
     """
     kinds, forms = list(kinds), list(forms)
-    if bad := [k for k in kinds if k not in SET_KINDS] + [f for f in forms if f not in FORMS]:
+    if bad := [k for k in kinds if k not in SET_KINDS] + [f for f in forms if f not in VERSE_FORMS]:
         raise ValueError(f"unknown sample set kinds or forms {bad}; kinds: {', '.join(SET_KINDS)}; "
-                         f"forms: {', '.join(FORMS)}")
+                         f"forms: {', '.join(VERSE_FORMS)}")
     requests = {"free": {}} if "free" in kinds else {}
     for form in forms:
         if "form" in kinds and char_model:
@@ -87,7 +87,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     if "keywords" in kinds and char_model:
         requests["keywords"] = {"keywords": HELD_OUT}
         for form in forms:
-            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[FORMS[form][0]]}):
+            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[VERSE_FORMS[form][0]]}):
                 requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
     if "conditions" in kinds and conditions_model:
         requests.update(title={"title": HELD_OUT, "title_plan": False}, poet={"poet": EVERY_POET},
@@ -239,20 +239,21 @@ def reference_poems(corpus_path: str | Path, script: str, n: int) -> list[str]:
 
 def evaluation_rows(samples: dict[str, list[str]], reference: list[str], corpus_path: str | Path,
                     script: str, plans: dict[str, list[dict] | None] | None = None,
-                    train_corpora: Sequence[str | Path] = (), keywords: dict[str, dict] | None = None
-                    ) -> dict[str, dict]:
+                    train_corpora: Sequence[str | Path] = (), keywords: dict[str, dict] | None = None,
+                    pailv: Sequence[str] = ()) -> dict[str, dict]:
     """{REFERENCE: metrics of the human poems, set name: metrics of its poems, …}; distinct-n
     of every row over the same number of poems (the largest sample set's; the reference's
     first that many); plans: per set, the plans its poems were sampled with (the plan figures);
     train_corpora: the corpora whose training lines `copy` counts (default: corpus_path's);
-    keywords: per keyword set, its poems' keywords (`sample_planned_sets`; the `keywords` figure).
-    raises FileNotFoundError if the corpus is missing."""
+    keywords: per keyword set, its poems' keywords (`sample_planned_sets`; the `keywords` figure);
+    pailv: the sets of a 排律, measured with `VERSE_FORMS`. raises FileNotFoundError if the corpus is missing."""
     lines = frozenset().union(*(training_lines(str(p), script) for p in (train_corpora or [corpus_path])))
     n_distinct = max((len(p) for p in samples.values()), default=None)
     plans, keywords = plans or {}, keywords or {}
     return {REFERENCE: poem_metrics(reference, script, lines, n_distinct),
             **{name: poem_metrics(poems, script, lines, n_distinct, plans.get(name),
-                                  keywords[name]["keywords"] if name in keywords else None)
+                                  keywords[name]["keywords"] if name in keywords else None,
+                                  VERSE_FORMS if name in pailv else FORMS)
                for name, poems in samples.items()}}
 
 
@@ -290,7 +291,8 @@ def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str
     finally:
         model.train(was_training)
     sampled = time.perf_counter()
-    rows = evaluation_rows(samples, reference, corpus_path, script, plans, train_corpora, keywords)
+    pailv = [name for name, fields in requests.items() if fields.get("form") in PAILV]
+    rows = evaluation_rows(samples, reference, corpus_path, script, plans, train_corpora, keywords, pailv)
     if keywords:
         keywords = {**keywords, "placement": placement_rows(samples, keywords, reference)}
     return samples, plans, rows, {"sampling": sampled - start, "metrics": time.perf_counter() - sampled}, keywords

@@ -8,7 +8,7 @@ fits either tone, one outside the table fits none).
 | name | what | over |
 |---|---|---|
 | `regulated` | 4 or 8 lines of 5 or 7 characters (`data.verse.poetry.form_of`) | poems |
-| `wujue` … `other` | the form mix | poems |
+| `wujue` … `other` | the form mix (`wupai`, `qipai`: sets of a 排律, measured with `VERSE_FORMS`) | poems |
 | `level_finals` | the even lines' last characters all have a level tone | regulated poems |
 | `rhyme` | … and share one 平水韵 level-tone group | regulated poems with level finals |
 | `rhyme_regulated` | the even lines' finals share one level-tone group | regulated poems |
@@ -31,20 +31,22 @@ from pathlib import Path
 from data.corpus_io import iter_corpus
 from data.verse.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
 from data.verse.plan import poem_rhyme_groups
-from data.verse.poetry import FORMS, form_of, keyword_places, split_lines
+from data.verse.poetry import FORMS, VERSE_FORMS, form_of, keyword_places, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
 
 FORM_NAMES = (*FORMS, "other")
+PAILV = tuple(f for f in VERSE_FORMS if f not in FORMS)
+"""The forms the corpus counts as `other` (the 排律): a set of them is measured with `VERSE_FORMS`."""
 PLAN_METRICS = ("plan_form", "plan_rhyme")
 """The figures defined only for poems sampled with plan tokens."""
-OPTIONAL_METRICS = (*PLAN_METRICS, "keywords")
+OPTIONAL_METRICS = (*PAILV, *PLAN_METRICS, "keywords")
 """The figures defined only for some sets (plans; keywords): a table shows them where a row has them."""
-METRICS = ("n", "regulated", *FORM_NAMES, "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
+METRICS = ("n", "regulated", *FORMS, *PAILV, "other", "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
            "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *OPTIONAL_METRICS)
 """The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
 
-HEADERS = {"n": "n", "regulated": "reg", "wujue": "wujue", "qijue": "qijue", "wulv": "wulv", "qilv": "qilv",
+HEADERS = {"n": "n", "regulated": "reg", **{f: f for f in VERSE_FORMS},
            "other": "other", "level_finals": "lvlfin", "rhyme": "rhyme", "rhyme_regulated": "rhy/reg",
            "alternation": "alt246", "nian": "nian", "dui": "dui", "meter": "meter", "meter_relaxed": "m-135",
            "copy": "copy", "distinct_1": "dist-1", "distinct_2": "dist-2", "plan_form": "pl-form",
@@ -89,16 +91,18 @@ def plan_match(poems: list[str], plans: list[dict | None], script: str) -> dict[
 
 
 def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_distinct: int | None = None,
-                 plans: list[dict | None] | None = None, keywords: list[list[str]] | None = None) -> dict:
+                 plans: list[dict | None] | None = None, keywords: list[list[str]] | None = None,
+                 forms: dict[str, tuple[int, int]] = FORMS) -> dict:
     """The `METRICS` of a set of poems (see the module docstring for each).
 
     script: the poems' script (for the tone tables); train_lines: `training_lines`;
     n_distinct: distinct-n over the first n_distinct poems only (default all), so that sets
     of different sizes are compared on the same count; plans: the plan each poem was sampled
     with (`plan_match`; None: no plans, the plan figures are None); keywords: the keywords each
-    poem was asked for (None: the `keywords` figure is None). → {name: int | float | None}.
+    poem was asked for (None: the `keywords` figure is None); forms: the regulated forms
+    (`VERSE_FORMS` for a set of a 排律). → {name: int | float | None}.
     """
-    forms = [form_of(p) for p in poems]
+    names, forms = (*forms, "other"), [form_of(p, forms) for p in poems]
     regulated = [poem_lines(p) for p, f in zip(poems, forms) if f != "other"]
     level = rhymed = alternating = n_lines = nian = n_joins = dui = n_couplets = strict = relaxed = 0
     for lines, form in zip(regulated, (f for f in forms if f != "other")):
@@ -119,7 +123,7 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
     return {
         "n": len(poems),
         "regulated": _rate(len(regulated), len(poems)),
-        **{f: _rate(forms.count(f), len(poems)) for f in FORM_NAMES},
+        **{f: _rate(forms.count(f), len(poems)) for f in names},
         "level_finals": _rate(level, len(regulated)),
         "rhyme": _rate(rhymed, level),
         "rhyme_regulated": _rate(rhymed, len(regulated)),

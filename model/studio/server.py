@@ -58,7 +58,7 @@ from starlette.routing import Route
 
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
-from data.verse.poetry import FORMS
+from data.verse.poetry import FORM_TITLES, VERSE_FORMS
 from data.verse.tunes import tunes
 from model.ablation import MODES
 from model.cli import USER_ERRORS
@@ -274,7 +274,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
 
     async def options(request: Request) -> Response:
         defaults = SamplingOptions()
-        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": list(FORMS), "tunes": list(tunes()),
+        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": [{"name": f, "title": FORM_TITLES[f]} for f in VERSE_FORMS], "tunes": list(tunes()),
                 "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
         try:
             engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))
