@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
+from model.decoding import check_sampling_args
 from model.device import commit, describe
 from model.inspection.ci_metrics import format_ci_table
 from model.inspection.evaluation import (
@@ -41,7 +42,6 @@ from model.inspection.evaluation import (
 from model.inspection.poem_metrics import format_placement, format_table
 from model.loading import load_engine
 from model.sampling.conditions import has_conditions
-from model.sampling.decoding import check_sampling_args
 from model.sampling.poems import SamplingOptions
 from model.training.validation import validation_metrics
 

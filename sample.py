@@ -26,11 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
+from data.verse.templates import CI
 from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
-from model.sampling.poems import CI, SamplingOptions, poem_steps, poem_text, read_plans
+from model.sampling.poems import SamplingOptions, poem_steps, poem_text, read_plans
 from model.sampling.title_plan import unplanned
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads

@@ -8,11 +8,16 @@ by PageRank, nouns and verbs only. Used to draw the keywords of held-out poems t
 jieba segments modern Chinese; on Tang verse it still cuts most lines into the two- and
 one-character words the poets wrote in (明月, 故乡, 黄河), which is what a keyword needs.
 It is imported on first use (its dictionary loads in 1–3 s; then a few ms a poem).
+
+Keywords a user asks the sampler for are cleaned here too (`clean_keywords`, `keyword_rows`), and
+`write_char` follows them through a line as it is written (`model.sampling.keywords`).
 """
 from __future__ import annotations
 
 import logging
+import re
 from functools import lru_cache
+from typing import Iterable, Sequence
 
 from data.verse.poetry import is_hanzi, split_lines
 
@@ -37,3 +42,44 @@ def poem_keywords(poem: str, k: int = 2, min_len: int = 2) -> list[str]:
     words = _textrank()(poem, topK=4 * k, allowPOS=POS)
     kept = [w for w in words if len(w) >= min_len and all(map(is_hanzi, w)) and any(w in line for line in lines)]
     return kept[:k]
+
+
+SEPARATORS = re.compile(r"[,，、;；\s]+")
+"""What separates keywords written in one string: `明月,故乡`, `明月，故乡`, `明月、故乡`."""
+
+
+def clean_keywords(keywords: Iterable[str]) -> tuple[str, ...]:
+    """Keywords as asked → the ones to force: split at SEPARATORS, empty entries and repeats
+    dropped, and a keyword inside another dropped (it is written with the longer one); order kept."""
+    kept = list(dict.fromkeys(w for k in keywords for w in SEPARATORS.split(str(k)) if w))
+    return tuple(k for k in kept if not any(k != other and k in other for other in kept))
+
+
+def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, ...]]:
+    """`SamplingOptions.keywords` → the keywords of each row, cleaned (`clean_keywords`): one
+    tuple for every row (a string, or a list of strings), or one per row (a list of
+    `num_samples` lists). raises ValueError for a list of lists of another length."""
+    if isinstance(keywords, str):
+        return [clean_keywords([keywords])]
+    keywords = list(keywords)
+    if not keywords or all(isinstance(k, str) for k in keywords):
+        return [clean_keywords(keywords)]
+    if len(keywords) != num_samples or any(isinstance(k, str) for k in keywords):
+        raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}")
+    return [clean_keywords(k) for k in keywords]
+
+
+def write_char(line_text: str, open_: tuple[str, ...], written: int, starts: Iterable[str], pending: Iterable[str],
+               c: str) -> tuple[str, tuple[str, ...], int, frozenset[str]]:
+    """Character c written in a line (`line_text` before it): the keywords being written (`open_`,
+    `written` characters in) narrowed to those c continues, or when none is, those of `starts` c
+    begins → (the line's text, the keywords still open, their characters written, the keywords of
+    `pending` the line now ends with: written whole, which closes every open one)."""
+    line_text += c
+    if open_:
+        open_, written = tuple(w for w in open_ if w[written] == c), written + 1
+    else:
+        open_, written = tuple(w for w in starts if w[0] == c), 1
+    done = frozenset(w for w in pending if line_text.endswith(w))
+    open_ = tuple(w for w in open_ if w not in done and len(w) > written)
+    return (line_text, (), 0, done) if done or not open_ else (line_text, open_, written, done)

@@ -28,17 +28,24 @@ import tempfile
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import sparse
 
 from data.corpus_io import load_corpus
+from data.paths import CORPUS_DIR, PACKAGE_DIR
 from data.paths import cache_dir as cache_location
 from data.verse.plan import clean_title
-from data.verse.poetry import is_hanzi, split_lines
+from data.verse.poetry import VERSE_FORMS, is_hanzi, split_lines
 from data.verse.script import corpus_to_script
+from data.verse.tunes import find_tune, tunes
 
 log = logging.getLogger(__name__)
+CORPUS = CORPUS_DIR / "tang.jsonl.xz"
+"""The corpus whose training poems the plan draws from (every model's reference corpus)."""
+CACHE_DIR = PACKAGE_DIR / "cache"
+PLAN_MODES = (True, False, "hints")
 PLAN_VERSION = 3  # bump when the index format or its words change
 NEIGHBOURS = 50
 """How many nearest training titles lend their poems' words (step 2)."""
@@ -175,3 +182,31 @@ def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return planner
+
+
+
+
+def plan_size(form: str | None, tune: str = "") -> int:
+    """Words planned for a poem of `form`, or a 词 to `tune` (either script) (module docstring): a
+    couplet each, a stanza each, else 2. raises ValueError for an unknown tune."""
+    if tune:
+        return 1 if tunes()[find_tune(tune)][0].stanza is None else 2
+    return VERSE_FORMS[form][0] // 2 if form in VERSE_FORMS else 2
+
+
+def check_mode(title_plan: Any) -> bool | str:
+    """`title_plan` as one of `PLAN_MODES` (strings true/false accepted). raises ValueError otherwise."""
+    mode = {"true": True, "false": False}.get(str(title_plan).lower(), title_plan)
+    if mode not in PLAN_MODES:
+        raise ValueError(f"title_plan={title_plan!r} is not one of true (forced words), hints, false")
+    return mode
+
+
+def planner(script: str) -> TitlePlanner:
+    """The planner of the Tang training poems in `script` (built once, cached under data/cache)."""
+    return load_planner(str(CORPUS), str(CACHE_DIR), script)
+
+
+def nothing_planned(title, why: str = "no training title shares a character with it") -> str:
+    """The line that says a title planned nothing, and why."""
+    return f"nothing planned for title={title} ({why}): the poem is written to the title alone"

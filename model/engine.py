@@ -2,7 +2,7 @@
 
 Text in either script becomes the model's (`to_model_text`, `poem_ids`, `encode_line`), ids come out one
 step at a time (`steps`, `stream`, `generate`), with a KV cache. What is drawn at each step is
-the caller's choice (`draw`: `model.sampling.decoding.next_token` with its temperature, top_k and
+the caller's choice (`draw`: `model.decoding.next_token` with its temperature, top_k and
 top_p, or `greedy`), and so are the logits processors (constraints, penalties): the engine knows
 nothing of sampling. `steps` also returns, with each drawn token, what a viewer shows beside
 it: the model's probability of it, the tokens the processors allowed, and the attention row of

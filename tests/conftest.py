@@ -117,8 +117,8 @@ def engine_of(gpt):
 def generate(gpt, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, eos_id=None, generator=None,
              use_cache=True, processors=()):
     """Sampled continuations of idx through the engine: `Engine.generate` drawing with
-    `sampler(temperature, top_k, top_p, generator)` (`model.sampling.decoding`)."""
-    from model.sampling.decoding import sampler
+    `sampler(temperature, top_k, top_p, generator)` (`model.decoding`)."""
+    from model.decoding import sampler
 
     return engine_of(gpt).generate(idx, max_new_tokens, sampler(temperature, top_k, top_p, generator), eos_id,
                                    use_cache, processors)

@@ -6,11 +6,11 @@ import torch
 
 from data.tokenizer import CharTokenizer, UnknownCharactersError
 from data.verse.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
-from data.verse.poetry import FORMS, VERSE_FORMS, form_of, split_lines
+from data.verse.poetry import VERSE_FORMS, form_of, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
-from model.inspection.poem_metrics import poem_metrics
 from data.verse.templates import form_templates
+from model.inspection.poem_metrics import poem_metrics
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.sampling.shape import TemplateConstraint
 from model.training.lit import LitGPT

@@ -3,17 +3,17 @@ with every other control, and what cannot be placed is refused before sampling."
 import pytest
 import torch
 
-from data.keywords import poem_keywords
+from data.keywords import clean_keywords, keyword_rows, poem_keywords
 from data.tokenizer import CharTokenizer, UnknownCharactersError
 from data.verse.meter import tones
 from data.verse.poetry import FORMS, form_of, keyword_places, split_lines
+from data.verse.templates import form_templates
 from model.cli import quote_non_ascii_overrides
 from model.inspection.evaluation import HELD_OUT, draw_keywords, evaluation_rows, sample_requests
 from model.inspection.poem_metrics import keyword_placement, poem_metrics
-from data.verse.templates import form_templates
-from model.sampling.keywords import KeywordRow, clean_keywords, keyword_rows
-from model.sampling.shape import TemplateConstraint
+from model.sampling.keywords import KeywordRow
 from model.sampling.poems import SamplingOptions, sample_poems
+from model.sampling.shape import TemplateConstraint
 from model.training.lit import LitGPT
 from tests.conftest import POEMS, write_corpus
 
@@ -222,7 +222,7 @@ def test_the_refusal_names_the_rules_in_force_only(lit):
     assert str(err.value) == ("the keywords 白日依山盡、黃河入海流、欲窮千里目、更上一層樓 cannot all be placed in wujue "
                               "with each rhyming line's last character left to the rhyme, "
                               "one keyword to each part of the poem")
-    with pytest.raises(ValueError, match="with each rhyming line's last character left to the rhyme, the 平仄, the acrostic"):
+    with pytest.raises(ValueError, match="last character left to the rhyme, the 平仄, the acrostic"):
         poems(lit, 1, keywords=["黃河入海流"], form="wujue", meter=True, acrostic="黃白欲更")
     odd = ["白日依山盡", "欲窮千里目"]  # whole lines that do not rhyme: lines 1 and 3, with rhyme=true too
     assert all(holds(p, odd) for p in poems(lit, 2, keywords=odd, form="wujue", rhyme=True))

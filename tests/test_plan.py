@@ -16,14 +16,15 @@ from data.verse.poetry import FORMS, form_of
 from data.verse.rhyme import level_tone_table, rhyme_groups
 from data.verse.script import corpus_to_script
 from data.windows import IGNORE, PoemWindows
+from model.decoding import sampler
 from model.gpt import GPT, GPTConfig
 from model.inspection.evaluation import sample_requests
 from model.inspection.head_effects import KINDS, HeadScorer
 from model.inspection.poem_metrics import plan_match
 from model.kv_cache import Cache
 from model.loading import load_engine
-from model.sampling.decoding import PlanGrammar, sampler
-from model.sampling.poems import SamplingOptions, plan_grammar, poem_boundaries, read_plans, sample_ids, sample_poems
+from model.sampling.grammar import PlanGrammar, plan_grammar, poem_boundaries
+from model.sampling.poems import SamplingOptions, read_plans, sample_ids, sample_poems
 from model.training.lit import LitGPT
 from model.training.validation import validation_metrics
 from tests.conftest import POEMS

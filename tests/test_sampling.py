@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from model.attention import BACKENDS, CausalSelfAttention
+from model.decoding import RepetitionPenalty, next_token, top_k_filter, top_p_filter
 from model.gpt import GPT, GPTConfig
 from model.kv_cache import Cache, KVCache
-from model.sampling.decoding import PoemBoundaries, RepetitionPenalty, next_token, top_k_filter, top_p_filter
+from model.sampling.grammar import PoemBoundaries
 from tests.conftest import generate
 
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from data.title_plan import TitlePlanner, load_planner
+from data.title_plan import TitlePlanner, check_mode, load_planner, plan_size
 from model.sampling import title_plan
 from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
-from model.sampling.title_plan import check_mode, plan_size, unplanned, with_plan
+from model.sampling.title_plan import unplanned, with_plan
 from tests.conftest import POEMS, write_corpus
 from tests.test_conditions import conditioned
 

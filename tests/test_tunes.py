@@ -11,10 +11,11 @@ from omegaconf import OmegaConf
 from data.build_corpus import CORPUS_DIR
 from data.corpus_io import iter_corpus
 from data.tokenizer import CharTokenizer
+from data.verse.templates import tune_templates
 from data.verse.tunes import draw_tunes, find_tune, rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_ci_table, format_scores, heldout_ci
 from model.inspection.evaluation import ci_sets, is_ci, sample_requests
-from model.sampling.poems import SamplingOptions, sample_poems, tune_templates
+from model.sampling.poems import SamplingOptions, sample_poems
 from model.sampling.shape import TemplateConstraint
 from model.training.lit import LitGPT
 from tests.test_ci import HUANXISHA

@@ -27,8 +27,10 @@ from functools import cached_property
 from data.verse.ci import parse_shape
 from data.verse.meter import LEVEL, patterns
 from data.verse.poetry import VERSE_FORMS
-from data.verse.tunes import EITHER, Variant
+from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, draw_tunes, find_tune, tunes
 
+CI = "ci"
+"""The form of a 词 (`tune=`)."""
 SHI_BOOK, CI_BOOK = "平水韵", "词林正韵"
 """The rhyme books: a 诗 rhymes in a level-tone group of 平水韵, a 词 in a class (部, tone) of 词林正韵."""
 FREE_LENGTHS = (5, 7)
@@ -124,3 +126,19 @@ def tune_template(tune: str, v: Variant) -> Template:
     """A variant of a tune's as a template."""
     return Template(tune, v.shape, "".join(v.tones), v.rhymes, v.segments, CI_BOOK, v.bound or (None,) * len(v.segments),
                     v.stanza, v.count)
+
+
+def tune_templates(tune: str) -> tuple[Template, ...]:
+    """The templates of a tune the sampler keeps: its variants seen in at least `MIN_EVIDENCE`
+    training 词, and always its commonest."""
+    variants = tunes()[tune]
+    return tuple(tune_template(tune, v) for v in variants if v.count >= MIN_EVIDENCE or v is variants[0])
+
+
+def row_tunes(tune: str, form: str | None, n: int, seed: int) -> list[str]:
+    """The tune of each of n 词: `tune` (either script) for every one, or with `form=ci` alone one
+    drawn per 词 by its share of the corpus (`draw_tunes`, seeded); [] when no 词 is asked for.
+    raises ValueError for an unknown tune (with the nearest names)."""
+    if tune:
+        return [find_tune(tune)] * n
+    return draw_tunes(n, seed) if form == CI else []

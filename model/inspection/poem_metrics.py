@@ -42,7 +42,8 @@ PLAN_METRICS = ("plan_form", "plan_rhyme")
 """The figures defined only for poems sampled with plan tokens."""
 OPTIONAL_METRICS = (*PAILV, *PLAN_METRICS, "keywords")
 """The figures defined only for some sets (plans; keywords): a table shows them where a row has them."""
-METRICS = ("n", "regulated", *FORMS, *PAILV, "other", "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian", "dui",
+METRICS = ("n", "regulated", *FORMS, *PAILV, "other", "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian",
+           "dui",
            "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *OPTIONAL_METRICS)
 """The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
 

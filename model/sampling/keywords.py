@@ -1,44 +1,19 @@
-"""Keywords every sampled poem contains (`keywords=[明月,故乡]`), guaranteed, where the model chooses.
-
-A keyword is a run of characters that stands whole, in its order, inside one line (keywords in any
-order), never on a rhyming line's last character (the rhyme's, kept by the rhyme rule, or the
-model's own), on positions whose 平/仄 it fits under `meter`, and with an acrostic its first
-character is the acrostic's where it starts a line. For a poem kept to templates
-(`model.sampling.shape.TemplateConstraint`, one `Placement` for every form and tune):
-
-- **started keywords are finished**: when the model draws a keyword's first character where it can
-  stand (and the rest can still be placed), the next characters are forced;
-- **nothing that makes a keyword impossible**: a character is allowed only if the keywords still to
-  write can all be placed in what follows, in some template the row still fits (`placeable`: an
-  exact search over the positions left, memoised), so a keyword is forced only when the poem
-  would otherwise run out of room;
-- **one keyword to each part**: with k keywords the lines after the prompt are cut into k sections,
-  the j-th keyword written by the end of the j-th (as planning-based systems give each line its
-  keyword), and each keyword gets a drawn **slot** (a line of its section; its head half the
-  time, else an even position that leaves the line's last character free), where only the
-  keywords that can start there are allowed. The model may write a keyword earlier.
-
-**Free poems** (no form, tune or acrostic; `FreeKeywords`): a model with plan tokens draws a form
-first, and the keywords are placed as in that form's template while the poem keeps it (the masks
-do not force it); otherwise a keyword may start where it fits in the line (the first line's
-length, 5 to 7) before its last character (the model's rhyme), and the poem cannot end before every
-keyword is written; once the model would have ended it (`<eos>` its likeliest token), or when the
-tokens left just hold the keywords' lines, each further line takes a keyword where it still fits
-(a line already too long for one closes).
-
-A keyword already in the prompt counts as written. How keywords are cleaned before sampling:
-`clean_keywords`, `keyword_rows`; checked: `check_keywords`.
+"""Keywords every sampled poem holds (`keywords=[明月,故乡]`), whole inside a line, where the model
+chooses: `Placement`, the one placement search over templates (forms, acrostics, tunes), used by
+`model.sampling.shape.TemplateConstraint`; `FreeKeywords`, the processor of a free poem's keywords.
+The rules (the room left, one keyword to each part of the poem, a drawn slot for each, free
+poems, why a keyword never takes a rhyming line's last character): docs/sampling.md#keywords.
 """
 from __future__ import annotations
 
 import random
-import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 
+from data.keywords import write_char
 from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
@@ -47,47 +22,6 @@ from model.sampling.rules import Acrostic, Tones
 
 MAX_FREE_LINE = max(FREE_LENGTHS)
 """The longest line a keyword may fill without a form (7, as the longest regulated line)."""
-SEPARATORS = re.compile(r"[,，、;；\s]+")
-"""What separates keywords written in one string: `明月,故乡`, `明月，故乡`, `明月、故乡`."""
-
-
-def clean_keywords(keywords: Iterable[str]) -> tuple[str, ...]:
-    """Keywords as asked → the ones to force: split at SEPARATORS, empty entries and repeats
-    dropped, and a keyword inside another dropped (it is written with the longer one); order kept."""
-    kept = list(dict.fromkeys(w for k in keywords for w in SEPARATORS.split(str(k)) if w))
-    return tuple(k for k in kept if not any(k != other and k in other for other in kept))
-
-
-def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, ...]]:
-    """`SamplingOptions.keywords` → the keywords of each row, cleaned (`clean_keywords`): one
-    tuple for every row (a string, or a list of strings), or one per row (a list of
-    `num_samples` lists). raises ValueError for a list of lists of another length."""
-    if isinstance(keywords, str):
-        return [clean_keywords([keywords])]
-    keywords = list(keywords)
-    if not keywords or all(isinstance(k, str) for k in keywords):
-        return [clean_keywords(keywords)]
-    if len(keywords) != num_samples or any(isinstance(k, str) for k in keywords):
-        raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}")
-    return [clean_keywords(k) for k in keywords]
-
-
-def write_char(line_text: str, open_: tuple[str, ...], written: int, starts: Iterable[str], pending: Iterable[str],
-               c: str) -> tuple[str, tuple[str, ...], int, frozenset[str]]:
-    """Character c written in a line (`line_text` before it): the keywords being written (`open_`,
-    `written` characters in) narrowed to those c continues, or when none is, those of `starts` c
-    begins → (the line's text, the keywords still open, their characters written, the keywords of
-    `pending` the line now ends with: written whole, which closes every open one)."""
-    line_text += c
-    if open_:
-        open_, written = tuple(w for w in open_ if w[written] == c), written + 1
-    else:
-        open_, written = tuple(w for w in starts if w[0] == c), 1
-    done = frozenset(w for w in pending if line_text.endswith(w))
-    open_ = tuple(w for w in open_ if w not in done and len(w) > written)
-    return (line_text, (), 0, done) if done or not open_ else (line_text, open_, written, done)
-
-
 @dataclass
 class KeywordRow:
     """One row's keywords: still to write (of `total`); being written (the candidates sharing the
@@ -144,7 +78,7 @@ class Placement:
         """Whether keyword w can stand from position k of template i (module docstring)."""
         key = (i, k, w)
         if key not in self._fits:
-            t, (line, start, end) = self.templates[i], self._line(i, k)
+            t, (_, start, end) = self.templates[i], self._line(i, k)
             self._fits[key] = k + len(w) <= end and not any(k + j in t.rhyme_at for j in range(len(w))) and \
                 (self.acrostic is None or k != start or w[0] == self.acrostic.at(i, k)) and \
                 (self.tones is None or self.tones.fits(i, k, w))
@@ -292,10 +226,8 @@ class FreeKeywords:
     def _free_mask(self, row: KeywordRow, last: int, eos_best: bool, left: int) -> torch.Tensor:
         """The row's allowed tokens without a form (module docstring; shared tensors: do not modify);
         last: the row's last token; eos_best: `<eos>` is the model's likeliest; left: tokens still to draw."""
-        pos = len(row.line_text)
-        limit = min(max(row.first_len or MAX_FREE_LINE, min(FREE_LENGTHS)), MAX_FREE_LINE)  # the line length
-        end = {w: limit - 1 if len(w) < limit else len(w) for w in row.pending}  # the last character is the model's
-        starts = self._free_starts(row)
+        pos, end = len(row.line_text), self._free_ends(row)
+        starts = tuple(w for w in row.pending if pos + len(w) <= end[w])
         if eos_best and self.tok.itos[last] in LINE_END[1:] or left <= (len(row.pending) + 1) * (MAX_FREE_LINE + 1) + 1:
             row.overtime = True  # the model would have ended the poem here, or just enough tokens are left
         if row.overtime and any(pos + len(w) >= end[w] for w in starts):
@@ -306,10 +238,12 @@ class FreeKeywords:
             return self.only(m for m in LINE_END if m in self.tok.stoi)  # no keyword fits any more: the line closes
         return self._no_eos
 
-    def _free_starts(self, row: KeywordRow) -> tuple[str, ...]:
+    @staticmethod
+    def _free_ends(row: KeywordRow) -> dict[str, int]:
+        """Where each pending keyword must end in a free line: before its last character (the model's
+        rhyme), in a line of the first line's length (5 to 7)."""
         limit = min(max(row.first_len or MAX_FREE_LINE, min(FREE_LENGTHS)), MAX_FREE_LINE)
-        pos = len(row.line_text)
-        return tuple(w for w in row.pending if pos + len(w) <= (limit - 1 if len(w) < limit else len(w)))
+        return {w: limit - 1 if len(w) < limit else len(w) for w in row.pending}
 
     def _planned_mask(self, row: KeywordRow) -> torch.Tensor:
         """The row's allowed tokens while it keeps its planned form: placed as in that form."""
@@ -334,7 +268,8 @@ class FreeKeywords:
             if row.at is not None and row.at[0] == t.length and row.at[1]:
                 row.at = None  # the poem kept its form to the end
         else:
-            starts = self._free_starts(row)
+            end = self._free_ends(row)
+            starts = tuple(w for w in row.pending if len(row.line_text) + len(w) <= end[w])
         if not is_hanzi(c):
             row.first_len = row.first_len or len(row.line_text) or None
             row.advance(None)

@@ -1,48 +1,33 @@
-"""Poems from a trained model: prompt normalisation, poetry controls, seeded batched sampling.
+"""Poems from a trained model: the one sampling path (`sample.py`, the studio, evaluation, the
+training callbacks, the benchmarks), so every poem keeps the same rules.
 
-The one sampling path: `sample.py` (conf/sample.yaml's options), the studio, the `samples`
-table of `model.training.callbacks.SampleLogger`, `benchmarks/sampling.py` and evaluation all
-go through `poem_steps` (`stream_poems`, `sample_poems`), so every poem keeps the same rules
-(`PoemBoundaries`, `PlanGrammar` for a model with plan tokens, and the controls asked for).
-
-A model trained with plan tokens (`data.plan_tokens=true`, `data/verse/plan.py`) writes `<bos>`, a
-form token, a rhyme token, then the poem. Sampled from `<bos>`, it draws its plan first (a
-prompt's text follows the drawn plan), at the temperature but without `top_k` and `top_p`, which
-cut the text's unlikely tail: a form the poets wrote one poem in 14 is not a tail to cut.
-`control` says how `form` and `rhyme` are asked for: `soft` puts them in the plan (`form` becomes
-the form token of the prompt, `rhyme` restricts the rhyme slot to real groups, not `<无韵>`) and
-masks nothing in the poem; `hard` is constrained decoding to templates
-(`model.sampling.shape.TemplateConstraint`, which rhymes within the plan's class when there is
-one); `both` (the default for plan models) does both. Decoded poems never show plan tokens.
-A 词 (`form=ci`) plans a token of its tune's templates on a model trained with tune tokens (`experiment=ci`), so
-`control=soft` asks for a tune without masks; other models plan `<其他>` and keep a tune by masks,
-as a form without a form token (the 排律) does.
-
-`poem_steps` decides once what the options ask for (`Decision`: each row's templates, the control in
-force, the keywords and texts as converted) and lists the processors: `PoemBoundaries`,
-`PlanGrammar` (plan models), a `TemplateConstraint` (form, tune or acrostic) with the rules asked
-for, `FreeKeywords` (a free poem's keywords), `RepetitionPenalty`. Callers read the decision from
-the steps (`PoemSteps.decision`) instead of deciding again.
+`poem_steps` decides once what the options ask for (`Decision`: each row's templates, the control
+in force, the texts and keywords converted) and lists the processors: `PoemBoundaries`,
+`PlanGrammar` (plan models), a `model.sampling.shape.TemplateConstraint` (form, tune or acrostic)
+with the rules asked for, `FreeKeywords` (a free poem's keywords), `RepetitionPenalty`. Callers
+read the decision from the steps (`PoemSteps.decision`). `control`: `soft` asks for form and rhyme
+by plan tokens only, `hard` by masks only (the plan drawn by the model), `both` (the default for a
+model with plan tokens) by both; docs/sampling.md says how each is planned and masked.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 from omegaconf import OmegaConf
 
+from data.keywords import keyword_rows
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
-from data.verse.poetry import LINE_END, VERSE_FORMS, is_hanzi
-from data.verse.templates import Template, acrostic_templates, form_templates, tune_template
-from data.verse.tunes import MIN_EVIDENCE, draw_tunes, find_tune, tunes
+from data.verse.poetry import VERSE_FORMS, is_hanzi
+from data.verse.templates import CI, Template, acrostic_templates, form_templates, row_tunes, tune_templates
+from model.decoding import RepetitionPenalty, check_sampling_args, sampler
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.conditions import condition_segments, has_conditions
-from model.sampling.decoding import PlanGrammar, PoemBoundaries, RepetitionPenalty, check_sampling_args, sampler
-from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords, keyword_rows
+from model.sampling.grammar import plan_grammar, poem_boundaries
+from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords
 from model.sampling.shape import TemplateConstraint
 from model.sampling.title_plan import with_plan
 
@@ -50,32 +35,22 @@ RECIPE = OmegaConf.load(Path(__file__).with_name("recipe.yaml"))
 """The sampling recipe (model/sampling/recipe.yaml, the one copy): `SamplingOptions`' defaults, and the
 entry configs' and training callbacks' values, which compose the same file."""
 
-CI = "ci"
-"""The form of a 词 (`tune=`)."""
 CONTROLS = ("hard", "soft", "both")
 """How `form`/`rhyme` are asked for: masks (hard), plan tokens (soft, plan models only), or both."""
 
 
 @dataclass
 class SamplingOptions:
-    """What to sample. Units: tokens (= characters for the character model).
+    """What to sample (docs/sampling.md has each option). Units: tokens (= characters for the
+    character model); drawn plan tokens count in max_new_tokens.
 
-    prompt / acrostic: in either script (converted with OpenCC); form: one of
-    `data.verse.poetry.VERSE_FORMS` (wujue, qijue, wulv, qilv, wupai, qipai) | None; keywords: words every poem contains, whole, inside a line, where the model
-    chooses (`model.sampling.keywords`; a list, or a string split at `,`/`，`/`、`; or one
-    list per poem, `num_samples` of them); keywords_forced: false gives them as hints in the
-    condition segment instead (a model trained with conditions), nothing forced; title, poet:
-    what the poem is written to (a string, or one per poem), for a model trained with conditions
-    (`model.sampling.conditions`); title_plan: a title without keywords plans the words the poem is
-    written around, forced (True), as hints ("hints") or not at all (False) (`model.sampling.title_plan`);
-    rhyme: rhyme the even lines (needs form or acrostic); meter: 格律, every
-    character's 平/仄 follows one of the form's standard patterns (needs form, implies rhyme);
-    form `ci` with tune: a 词 to that tune (`model.sampling.tunes`; either script; a tune alone
-    implies form=ci; form=ci alone draws a tune per 词 by its share of the corpus), rhyme and
-    meter then the tune's;
-    repetition_penalty: CTRL penalty on characters already in the poem (1.0 = off);
-    temperature 0 = greedy; control: hard | soft | both (module docstring; None: both for a
-    model with plan tokens, hard otherwise). Drawn plan tokens count in max_new_tokens.
+    prompt, acrostic, keywords, title, poet: either script; form: one of
+    `data.verse.poetry.VERSE_FORMS`, `ci` (with tune, or drawn per 词 by share) or None; keywords: a
+    list, a string split at `,`/`，`/`、`, or one list per poem; keywords_forced: false gives them as
+    hints (a model trained with conditions); title, poet: a string or one per poem; title_plan:
+    True | "hints" | False (`model.sampling.title_plan`); rhyme: needs a form, tune or acrostic;
+    meter: needs a form or tune (a form's implies rhyme); repetition_penalty: 1.0 = off;
+    temperature 0 = greedy; control: hard | soft | both | None (both with plan tokens, else hard).
     """
     prompt: str = ""
     num_samples: int = 1
@@ -123,46 +98,6 @@ class Decision:
     plans: list[list[int]] = field(default_factory=list)
 
 
-@lru_cache(maxsize=8)
-def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
-    """The `PoemBoundaries` of a tokenizer's vocabulary (built once per tokenizer; stateless); a
-    line mark never follows a plan token either."""
-    texts = [tok.decode([i]) for i in range(tok.vocab_size)]
-    closers = torch.tensor([t.endswith(tuple(LINE_END[1:])) for t in texts])  # (V,) bool
-    marks = torch.tensor([t.startswith(tuple(LINE_END)) for t in texts])  # (V,) bool
-    after_mark = torch.tensor([t.endswith(tuple(LINE_END)) or tok.is_plan(i) for i, t in enumerate(texts)])  # (V,)
-    return PoemBoundaries(closers, marks, after_mark, tok.bos_id, tok.eos_id)
-
-
-def plan_grammar(tok: Tokenizer, real_rhymes: bool, ci: bool = False) -> PlanGrammar:
-    """The `PlanGrammar` of a tokenizer with plan tokens; real_rhymes: the rhyme slot takes a
-    level-tone group only, not `<无韵>` or a 词林正韵 class (soft `rhyme` of a 诗), or with `ci` a
-    词林正韵 class only (soft `rhyme` of a 词, on a model with tune tokens)."""
-    ids, V = plan_ids(tok), tok.vocab_size
-    forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
-    forms[ids.firsts] = True
-    real = list(ids.ci_rhymes.values() if ci else ids.rhymes.values())
-    rhymes[real if real_rhymes else [*ids.rhymes.values(), ids.none, *ids.ci_rhymes.values()]] = True
-    plan[ids.all] = True
-    return PlanGrammar(forms, rhymes, plan, tok.bos_id)
-
-
-def row_tunes(opts: SamplingOptions) -> list[str]:
-    """The tune of each 词 `opts` asks for: `tune` (either script) for every row, or with `form=ci`
-    alone one drawn per row by its share of the corpus (`draw_tunes`, seeded by `opts.seed`); []
-    when no 词 is asked for. raises ValueError for an unknown tune (with the nearest names)."""
-    if opts.tune:
-        return [find_tune(opts.tune)] * opts.num_samples
-    return draw_tunes(opts.num_samples, opts.seed) if opts.form == CI else []
-
-
-def tune_templates(tune: str) -> tuple[Template, ...]:
-    """The templates of a tune the sampler keeps: its variants seen in at least `MIN_EVIDENCE`
-    training 词, and always its commonest."""
-    variants = tunes()[tune]
-    return tuple(tune_template(tune, v) for v in variants if v.count >= MIN_EVIDENCE or v is variants[0])
-
-
 def resolve_control(control: str | None, has_plan: bool) -> str:
     """The control in force: `control`, or by default both (plan model) / hard. raises ValueError
     for an unknown control, or soft/both on a model without plan tokens."""
@@ -198,7 +133,7 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
     if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
         raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
-    tunes_ = row_tunes(opts)
+    tunes_ = row_tunes(opts.tune, opts.form, opts.num_samples, opts.seed)
     templates = [tune_templates(t) for t in dict.fromkeys(tunes_)] if len(set(tunes_)) == 1 else \
         [tune_templates(t) for t in tunes_] if tunes_ else [form_templates(form, opts.meter)] if form else \
         [acrostic_templates(len(acrostic))] if acrostic else []

@@ -1,21 +1,12 @@
 """The kinds of rule a template (`data.verse.templates.Template`) gives a poem, one class each, for
-`model.sampling.shape.TemplateConstraint`, which keeps every row to the templates it still fits.
-A rule knows templates, positions and characters, nothing of 诗 or 词:
+`model.sampling.shape.TemplateConstraint`; a rule knows templates, positions and characters,
+nothing of 诗 or 词: `Tones` (`meter`: the 平 or 仄 a position fixes), `Acrostic` (a line's first
+character), `Rhyme` (`rhyme`: a segment's rhyme positions in one class of its book and tone, not
+repeating, a bound segment in its partner's 部; a plan's rhyme token fixes the first segment's).
 
-- `Tones` (`meter`): a position the template fixes (平 or 仄, not 中) takes a character of that
-  tone (a polyphonic character fits either; one outside the tone table fits none);
-- `Acrostic`: a line's first character is the acrostic's;
-- `Rhyme` (`rhyme`): the characters at a segment's rhyme positions share one class of the
-  template's rhyme book (`data.verse.templates.SHI_BOOK`'s level-tone groups, `CI_BOOK`'s 部 and
-  tone) of the segment's tone, and do not repeat while another is left; the first rhyme picks
-  the class, among those with a character in the vocabulary for every rhyme position of the
-  template; a bound segment (叶韵) rhymes in the 部 of the segment it is bound to. A plan's rhyme
-  token (drawn or given) of a class the first segment can rhyme in fixes its class.
-
-Each rule answers, for template i at a row's position: `mask` ((V,) bool of what it allows, None
-for anything), `why_not` (why character c is not allowed, None if it is) and `key` (what its
-mask depends on beyond the position and the live templates, for the masks' cache); `advance`
-moves the row past an allowed character.
+For template i at a row's position a rule gives `mask` ((V,) bool, None: anything), `why_not` (why
+character c may not stand, None if it may) and `key` (what its mask depends on beyond the position
+and the live templates: the masks' cache); `advance` moves the row past an allowed character.
 """
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""Constrained decoding to templates (`data.verse.templates`): a logits processor that keeps every
-row to the templates it still fits, so 100 % of the poems have one of them: a regulated form
-(`form=`, with its tone patterns under `meter`), an acrostic's lines, or a tune's variants.
-
-Each row starts with its templates (those whose marks the vocabulary has and, with an acrostic,
-as many lines as it has characters) and keeps those the text so far fits; a token is allowed
-when one of them allows it under every rule asked for:
-- **shape**: each line has its template's length and closing mark, and the poem ends (`<eos>`)
-  after its last line;
-- the rules of `model.sampling.rules` (`Tones`, `Acrostic`, `Rhyme`), each over templates;
-- keywords (`model.sampling.keywords.Placement`): each row's keywords stand in it, whole, where the
-  model chooses; no line ends inside a keyword, and no poem before its keywords.
-
-Plan tokens (a model trained with them): a row's plan slots take a token naming one of its
-templates (a tune template's on a model trained with tune tokens, else `<其他>`; a 诗's, whose plan
-is the model's own, any form token), then a rhyme token: with
-`rhyme` only a class its first segment can rhyme in, which then fixes that class; drawn or given.
+"""Constrained decoding to templates (`data.verse.templates`): `TemplateConstraint`, the logits
+processor that keeps every row to the templates it still fits (a form with its tone patterns, an
+acrostic's lines, a tune's variants), so 100 % of the poems have one. A token is allowed when one
+of the row's templates allows it by its shape (line lengths, closing marks, the end), by every rule
+asked for (`model.sampling.rules`) and by the row's keywords (`model.sampling.keywords.Placement`);
+plan slots take the plan tokens that name the row's templates. docs/sampling.md#templates.
 """
 from __future__ import annotations
 
@@ -151,7 +140,8 @@ class TemplateConstraint:
         if t.book != CI_BOOK:
             return dict.fromkeys(ids.forms.values(), 1)
         kept = {self.templates[i].shape: self.templates[i].count for i in (live or self.groups[g])}
-        return {i: kept[s] for i, (name, k) in ids.templates.items() if name == t.name and (s := tunes_shape(name, k)) in kept}
+        return {i: kept[s] for i, (name, k) in ids.templates.items()
+                if name == t.name and (s := tunes()[name][k].shape) in kept}
 
     def plan_tokens(self, g: int) -> torch.Tensor:
         """(V,) bool: the plan tokens group g's rows may take in their plan slots (module docstring)."""
@@ -301,9 +291,3 @@ class TemplateConstraint:
             left = ~fresh.all(1)  # (k,): repeat a rhyme only if nothing else is left
             banned[[b for b, ok in zip(at, left.tolist()) if ok]] = fresh[left]
         return logits.masked_fill_(banned.to(logits.device), float("-inf"))
-
-
-def tunes_shape(tune: str, k: int) -> str:
-    """The shape of template k of a tune (`data.verse.tunes`)."""
-    return tunes()[tune][k].shape
-

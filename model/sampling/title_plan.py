@@ -12,42 +12,11 @@ is written to the title alone, as with `title_plan=false`; `unplanned` is the li
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
-from data.title_plan import TitlePlanner, load_planner
+from data.title_plan import check_mode, nothing_planned, plan_size, planner
 from data.tokenizer import CharTokenizer
-from data.verse.poetry import FORMS
-from data.verse.tunes import find_tune, tunes
 from model.engine import Engine
 from model.sampling.conditions import check_title, per_row
-
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-CORPUS = DATA_DIR / "corpus" / "tang.jsonl.xz"
-"""The corpus whose training poems the plan draws from (every model's reference corpus)."""
-CACHE_DIR = DATA_DIR / "cache"
-PLAN_MODES = (True, False, "hints")
-
-
-def plan_size(form: str | None, tune: str = "") -> int:
-    """Words planned for a poem of `form`, or a 词 to `tune` (either script) (module docstring): a
-    couplet each, a stanza each, else 2. raises ValueError for an unknown tune."""
-    if tune:
-        return 1 if tunes()[find_tune(tune)][0].stanza is None else 2
-    return FORMS[form][0] // 2 if form in FORMS else 2
-
-
-def check_mode(title_plan: Any) -> bool | str:
-    """`title_plan` as one of `PLAN_MODES` (strings true/false accepted). raises ValueError otherwise."""
-    mode = {"true": True, "false": False}.get(str(title_plan).lower(), title_plan)
-    if mode not in PLAN_MODES:
-        raise ValueError(f"title_plan={title_plan!r} is not one of true (forced words), hints, false")
-    return mode
-
-
-def planner(script: str) -> TitlePlanner:
-    """The planner of the Tang training poems in `script` (built once, cached under data/cache)."""
-    return load_planner(str(CORPUS), str(CACHE_DIR), script)
 
 
 def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> list[str]:
@@ -56,11 +25,6 @@ def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> 
     `plan_size`."""
     title = check_title(engine, title)
     return planner(engine.script).plan(title, plan_size(form, tune)) if title else []
-
-
-def nothing_planned(title, why: str = "no training title shares a character with it") -> str:
-    """The line that says a title planned nothing, and why."""
-    return f"nothing planned for title={title} ({why}): the poem is written to the title alone"
 
 
 def asks_for_plan(opts) -> bool:

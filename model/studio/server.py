@@ -56,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from data.title_plan import nothing_planned
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORM_TITLES, VERSE_FORMS
@@ -66,7 +67,7 @@ from model.engine import Engine, Step
 from model.inspection.attention_view import SCALE, assets, colormap, prompt_rows, quantised
 from model.loading import find_checkpoint, load_engine
 from model.sampling.poems import CONTROLS, SamplingOptions, poem_steps, poem_text
-from model.sampling.title_plan import nothing_planned, plan_title
+from model.sampling.title_plan import plan_title
 
 MAX_ABLATED = 256
 """The most head names a request may list."""
@@ -274,7 +275,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
 
     async def options(request: Request) -> Response:
         defaults = SamplingOptions()
-        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "forms": [{"name": f, "title": FORM_TITLES[f]} for f in VERSE_FORMS], "tunes": list(tunes()),
+        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "tunes": list(tunes()),
+                "forms": [{"name": f, "title": FORM_TITLES[f]} for f in VERSE_FORMS],
                 "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
         try:
             engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))

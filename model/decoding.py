@@ -1,8 +1,9 @@
-"""Choosing the next token from the model's logits: temperature, top-k, top-p, repetition penalty.
+"""Choosing the next token from the model's logits, the inference engine's drawing (as nanochat's
+engine samples): temperature, top-k, top-p, and CTRL's repetition penalty.
 
-Each step of the engine (`model.engine.Engine.steps`) runs: logits processors (constraints,
-repetition penalty) → temperature → top-k → top-p → one draw from the softmax (or the argmax when
-temperature is 0): `next_token`, the engine's `draw`.
+Each step of the engine (`model.engine.Engine.steps`) runs: logits processors (the poem's rules,
+`model.sampling`; repetition penalty) → temperature → top-k → top-p → one draw from the softmax
+(or the argmax when temperature is 0): `next_token`, the engine's `draw`.
 """
 from __future__ import annotations
 
@@ -133,53 +134,3 @@ class RepetitionPenalty:
         seen &= self.penalised.to(logits.device)
         scaled = torch.where(logits > 0, logits / self.penalty, logits * self.penalty)
         return torch.where(seen, scaled, logits)
-
-
-class PoemBoundaries:
-    """The rules every sampled poem keeps, with or without a form: a poem ends (`eos_id`) only
-    right after a token whose text ends a sentence (。？！；); a line mark never follows `<bos>`
-    or another mark (no poem starts with `。`, no empty line); `bos_id` is never sampled.
-    So there are no empty poems and no poem cut mid-line.
-
-    closers: (V,) bool, the tokens after which the poem may end (`eos_id` is added: an ended
-    row keeps getting `<eos>`); marks: (V,) bool, the tokens whose text starts with a line mark
-    (，。？！；); after_mark: (V,) bool, the tokens whose text ends with one.
-    """
-
-    def __init__(self, closers: torch.Tensor, marks: torch.Tensor, after_mark: torch.Tensor, bos_id: int, eos_id: int):
-        self.closers, self.marks, self.bos_id, self.eos_id = closers.clone(), marks, bos_id, eos_id
-        self.closers[eos_id] = True
-        self.no_mark_next = after_mark.clone()
-        self.no_mark_next[bos_id] = True
-
-    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.clone()
-        logits[:, self.bos_id] = float("-inf")
-        last = idx[:, -1]  # (B,)
-        logits[~self.closers.to(idx.device)[last], self.eos_id] = float("-inf")
-        no_mark = self.no_mark_next.to(idx.device)[last][:, None] & self.marks.to(idx.device)  # (B, V)
-        return logits.masked_fill(no_mark, float("-inf"))
-
-
-class PlanGrammar:
-    """Where plan tokens (`data/verse/plan.py`) may stand: until a row has a form token only a form
-    token (right after `<bos>`, or after the condition segment given with it), right after a form
-    token only a rhyme token, and no plan token anywhere else. So a poem sampled from `<bos>`
-    draws its plan first, and a poem never shows a plan token later.
-
-    forms: (V,) bool, the tokens of a plan's first slot (`PlanIds.firsts`: the form tokens, and the
-    tune tokens of a model trained with them); rhymes: (V,) bool, the rhyme tokens allowed in the rhyme
-    slot (all of them and `<无韵>`, or only real groups for soft `rhyme`); plan: (V,) bool, every
-    plan token.
-    """
-
-    def __init__(self, forms: torch.Tensor, rhymes: torch.Tensor, plan: torch.Tensor, bos_id: int):
-        self.forms, self.rhymes, self.plan, self.bos_id = forms, rhymes, plan, bos_id
-
-    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        last = idx[:, -1]  # (B,)
-        forms, rhymes, plan = (m.to(idx.device) for m in (self.forms, self.rhymes, self.plan))
-        allowed = torch.where(forms[last][:, None], rhymes, ~plan)  # (B, V): after a form token, a rhyme
-        unplanned = ~forms[idx].any(dim=1)  # (B,): no form token yet
-        allowed = torch.where(unplanned[:, None], forms, allowed)  # (B, V): first of all, a form
-        return logits.masked_fill(~allowed, float("-inf"))
