@@ -65,7 +65,8 @@ def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, 
     if not keywords or all(isinstance(k, str) for k in keywords):
         return [clean_keywords(keywords)]
     if len(keywords) != num_samples or any(isinstance(k, str) for k in keywords):
-        raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}")
+        raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}: "
+                         f"write keywords=[[明月,故乡],[春风,杨柳]] with num_samples=2")
     return [clean_keywords(k) for k in keywords]
 
 

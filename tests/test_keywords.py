@@ -226,3 +226,33 @@ def test_the_refusal_names_the_rules_in_force_only(lit):
         poems(lit, 1, keywords=["黃河入海流"], form="wujue", meter=True, acrostic="黃白欲更")
     odd = ["白日依山盡", "欲窮千里目"]  # whole lines that do not rhyme: lines 1 and 3, with rhyme=true too
     assert all(holds(p, odd) for p in poems(lit, 2, keywords=odd, form="wujue", rhyme=True))
+
+
+def test_per_poem_keywords_from_the_command_line_recorded_in_the_models_script(lit, tmp_path):
+    """`"keywords=[[明月,故乡],[白日,黄河]]" num_samples=2` on the command line (quoted as sample.py
+    quotes its arguments) gives each poem its own keywords, as the same lists from Python do;
+    format=jsonl records them as the poems hold them, in the model's script (traditional here)."""
+    import io
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from sample import sample
+    from tests.conftest import ROOT
+
+    ckpt = tmp_path / "run" / "last.ckpt"
+    ckpt.parent.mkdir()
+    torch.save({"hyper_parameters": dict(lit.hparams), "state_dict": lit.state_dict()}, ckpt)
+    argv = quote_non_ascii_overrides(["keywords=[[明月,故乡],[白日,黄河]]", "num_samples=2"])
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sample", overrides=[f"ckpt_path={ckpt}", "format=jsonl", "form=wujue", *argv])
+    out = io.StringIO()
+    written = sample(cfg, out)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["keywords"] for r in records] == [["明月", "故鄉"], ["白日", "黃河"]]
+    assert all(holds(p, r["keywords"]) for p, r in zip(written, records))
+    assert written == sample_poems(lit.engine, SamplingOptions(num_samples=2, form="wujue",
+                                                               keywords=[["明月", "故乡"], ["白日", "黄河"]]))
+    with pytest.raises(ValueError, match=r"one list for each of the 3 poems, got 2: write keywords=\[\["):
+        poems(lit, 3, keywords=[["明月"], ["故鄉"]])
+

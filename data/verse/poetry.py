@@ -20,7 +20,7 @@ VERSE_FORMS = {**FORMS, "wupai": (12, 5), "qipai": (12, 7)}
 排律 of twelve lines (五言六韵, 七言六韵), which the corpus counts as `other`."""
 FORM_TITLES = {"wujue": "五言绝句", "qijue": "七言绝句", "wulv": "五言律诗", "qilv": "七言律诗", "wupai": "五言排律",
                "qipai": "七言排律"}
-"""Each of `VERSE_FORMS` by its Chinese name (the studio's form menu)."""
+"""`VERSE_FORMS` by their Chinese names, for the studio's form menu (a form without one shows its name alone)."""
 
 _NOTE = re.compile(r"（[^（）]*）")  # an editor's note such as （一作「叉」）
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")  # an editor's emendation such as [爽]

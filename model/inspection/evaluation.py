@@ -52,7 +52,8 @@ HELD_OUT = "held-out"
 the title of a held-out poem."""
 EVERY_POET = "every poet"
 """A request's `poet` that stands for the model's poets in turn."""
-ACROSTICS = {4: "春夏秋冬", 8: "春夏秋冬风花雪月", 12: "春夏秋冬风花雪月琴棋书画"}
+ACROSTIC = "春夏秋冬风花雪月琴棋书画江山万里云水千秋"
+"""The acrostic of a form's `+acrostic+keywords` set: its first characters, one per line."""
 """The acrostic of the `+acrostic+keywords` sets, by the form's line count."""
 REFERENCE = "human (held-out)"
 """The name of the reference row: held-out poems of the corpus's validation split."""
@@ -87,7 +88,7 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     if "keywords" in kinds and char_model:
         requests["keywords"] = {"keywords": HELD_OUT}
         for form in forms:
-            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTICS[VERSE_FORMS[form][0]]}):
+            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTIC[:VERSE_FORMS[form][0]]}):
                 requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
     if "conditions" in kinds and conditions_model:
         requests.update(title={"title": HELD_OUT, "title_plan": False}, poet={"poet": EVERY_POET},

@@ -74,7 +74,8 @@ def per_row(value: str | Sequence[str], num_samples: int, option: str) -> list[s
         return [value]
     value = list(value)
     if len(value) != num_samples or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{option} per poem needs one string for each of the {num_samples} poems, got {len(value)}")
+        raise ValueError(f"{option} per poem needs one string for each of the {num_samples} poems, got {len(value)}: "
+                         f"write {option}=[静夜思,江雪] with num_samples=2")
     return value
 
 

@@ -2,7 +2,7 @@
 chooses: `Placement`, the one placement search over templates (forms, acrostics, tunes), used by
 `model.sampling.shape.TemplateConstraint`; `FreeKeywords`, the processor of a free poem's keywords.
 The rules (the room left, one keyword to each part of the poem, a drawn slot for each, free
-poems, why a keyword never takes a rhyming line's last character): docs/sampling.md#keywords.
+poems, why a keyword never takes a rhyming line's last character): docs/sampling.md#keywords-every-poem-holds.
 """
 from __future__ import annotations
 

@@ -276,7 +276,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
     async def options(request: Request) -> Response:
         defaults = SamplingOptions()
         info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "tunes": list(tunes()),
-                "forms": [{"name": f, "title": FORM_TITLES[f]} for f in VERSE_FORMS],
+                "forms": [{"name": f, "title": FORM_TITLES.get(f, "")} for f in VERSE_FORMS],
                 "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
         try:
             engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))
