@@ -14,7 +14,7 @@ ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/samp
 for the `tiny` model with the cache, batches 16 and 300 (evaluate.py's), each poetry-control set
 with and without the keywords, the two alternated `--repeats` times: tokens per second (over the
 median time) and the ratio (keywords ÷ none: the median of the turns' ratios). Then the cost of
-writing to a tune (`tune=`, `model/sampling/tunes.py`, every mask on: `rhyme=true meter=true
+writing to a tune (`tune=`, its templates kept by `model/sampling/shape.py`, every mask on: `rhyme=true meter=true
 keywords=[明月,故乡]`) for a short and two long tunes (longer than the `tiny` block: the cache is
 re-filled), against free sampling of as many tokens, the same way. Writes
 everything to a JSON file.

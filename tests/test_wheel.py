@@ -42,7 +42,8 @@ from data.verse.tunes import variant_of
 from model.engine import Engine
 from model.inspection.ci_metrics import CI_CORPUS
 from model.loading import build_gpt
-from model.sampling import title_plan
+from data import title_plan
+from model.sampling import poems as sampling
 from model.sampling.poems import SamplingOptions, sample_poems
 from model.studio.server import create_app
 
@@ -50,7 +51,7 @@ assert CI_CORPUS.is_file(), f"{CI_CORPUS} missing: the 词 metrics' corpus"
 assert title_plan.CORPUS.is_file(), f"{title_plan.CORPUS} missing: the title plan's corpus"
 assert cache_dir(title_plan.CACHE_DIR) == user_cache_dir()  # the title plan's cache: never into site-packages
 create_app(checkpoint_dir=Path.cwd() / "checkpoints")  # the studio's page, with the attention view's
-recipe = OmegaConf.to_container(OmegaConf.load(Path(title_plan.__file__).with_name("recipe.yaml")))
+recipe = OmegaConf.to_container(OmegaConf.load(Path(sampling.__file__).with_name("recipe.yaml")))
 assert {k: getattr(SamplingOptions(), k) for k in recipe} == recipe  # the sampling recipe, from the package
 
 texts = [p["text"] for p in itertools.islice(iter_corpus(CORPUS_DIR / "ci.jsonl.xz"), 3000)]  # simplified

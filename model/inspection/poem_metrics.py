@@ -40,9 +40,9 @@ PAILV = tuple(f for f in VERSE_FORMS if f not in FORMS)
 """The forms the corpus counts as `other` (the 排律): a set of them is measured with `VERSE_FORMS`."""
 PLAN_METRICS = ("plan_form", "plan_rhyme")
 """The figures defined only for poems sampled with plan tokens."""
-OPTIONAL_METRICS = (*PAILV, *PLAN_METRICS, "keywords")
+OPTIONAL_METRICS = (*PLAN_METRICS, "keywords")
 """The figures defined only for some sets (plans; keywords): a table shows them where a row has them."""
-METRICS = ("n", "regulated", *FORMS, *PAILV, "other", "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian",
+METRICS = ("n", "regulated", *FORM_NAMES, "level_finals", "rhyme", "rhyme_regulated", "alternation", "nian",
            "dui",
            "meter", "meter_relaxed", "copy", "distinct_1", "distinct_2", *OPTIONAL_METRICS)
 """The figures of `poem_metrics`, in table order (`n`: the number of poems)."""
@@ -166,10 +166,12 @@ def keyword_placement(poems: list[str], keywords: list[list[str]]) -> dict[str, 
 
 def format_table(rows: dict[str, dict]) -> str:
     """{set name: `poem_metrics`} → a text table, one row per set: n, then percentages
-    (distinct-n as fractions), `–` where a figure is undefined; the `OPTIONAL_METRICS` columns
-    only where some row has them."""
+    (distinct-n as fractions), `–` where a figure is undefined; the `OPTIONAL_METRICS` and `PAILV`
+    columns only where some row has them."""
     width = max(len(name) for name in rows) + 2
-    columns = [m for m in METRICS if m not in OPTIONAL_METRICS or any(row.get(m) is not None for row in rows.values())]
+    shown = (*METRICS[:2 + len(FORMS)], *PAILV, *METRICS[2 + len(FORMS):])  # a 排律 set's form after the four
+    columns = [m for m in shown if m not in (*OPTIONAL_METRICS, *PAILV) or any(row.get(m) is not None
+                                                                                 for row in rows.values())]
     lines = [f"{'':<{width}}" + "".join(f"{HEADERS[m]:>8}" for m in columns)]
     for name, row in rows.items():
         cells = []

@@ -176,8 +176,9 @@ class Rhyme(Rule):
     def why_not(self, i: int, row: Row, c: str) -> str | None:
         if (s := self.due(i, row)) is None or self.classes.get(c, frozenset()) & self.allowed(i, row, s):
             return None
-        return f"{where(self.templates[i], row.k)} rhymes ({self.templates[i].segments[s]}韵" + \
-            (", in the rhyme so far)" if row.rhyme[s] is not None else ")")
+        tone = self.templates[i].segments[s]
+        return f"{where(self.templates[i], row.k)} rhymes: a {'level' if tone == LEVEL else 'oblique'}-tone rhyme " \
+            f"({tone}韵{', in the rhyme so far' if row.rhyme[s] is not None else ''})"
 
     def advance(self, row: Row, c: str, live: frozenset[int]) -> None:
         for i in sorted(live):
