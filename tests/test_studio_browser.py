@@ -82,6 +82,8 @@ def screenshot(page, tmp_path, name):
 def test_a_rhymed_wujue_streams_and_its_10th_character_shows_a_full_forward_passs_weights(page, studio, tmp_path):
     page, requests, errors = page
     url, ckpt = studio
+    menu = page.eval_on_selector_all('select[name="form"] option', "os => os.map(o => [o.value, o.textContent])")
+    assert menu[0] == ["", "free"] and ["wupai", "五言排律 wupai"] in menu and menu[-1] == ["ci", "词 ci"]  # from /options
     run = write(page, form="wujue", rhyme=True)
     poem = run["poem"]
     assert poem == sample_poems(load_engine(ckpt), SamplingOptions(form="wujue", rhyme=True))[0]  # the defaults' seed
