@@ -26,12 +26,11 @@ from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, VERSE_FORMS
-from data.verse.tunes import draw_tunes
 from model.engine import Engine
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, heldout_ci
 from model.inspection.poem_metrics import FORM_NAMES, PAILV, keyword_placement, poem_metrics, training_lines
 from model.sampling.conditions import known_poets
-from model.sampling.poems import SamplingOptions, check_keywords, poem_text, read_plans, sample_ids
+from model.sampling.poems import SamplingOptions, check_keywords, decide, poem_text, read_plans, sample_ids
 
 SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", "ci")
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
@@ -124,8 +123,8 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
     row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
     poems, tune_names, keywords = {}, {}, {}
     for name, fields in requests.items():
-        tune = fields.get("tune") or fields.get(MEASURED_AS)
-        tune_names[name] = [tune] * base.num_samples if tune else draw_tunes(base.num_samples, base.seed)
+        tune_names[name] = [fields[MEASURED_AS]] * base.num_samples if MEASURED_AS in fields else decide(
+            engine, replace(base, **{k: v for k, v in fields.items() if k != "keywords"})).tunes  # the sampler's
         fields = {k: v for k, v in fields.items() if k != MEASURED_AS}
         if fields.get("keywords") == HELD_OUT:
             keywords[name] = fields["keywords"] = draw_ci_keywords(engine, fields, tune_names[name])
