@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from data.tokenizer import CharTokenizer, UnknownCharactersError
-from data.verse.meter import LEVEL, matching_patterns, poem_lines, shared_rhyme_groups, tones
+from data.verse.meter import LEVEL, has_patterns, matching_patterns, poem_lines, shared_rhyme_groups, tones
 from data.verse.poetry import VERSE_FORMS, form_of, split_lines
 from data.verse.rhyme import rhyme_groups
 from data.verse.script import corpus_to_script
@@ -149,7 +149,7 @@ def test_rhyme_needs_lines_to_end(lit):
         poems(lit, 1, rhyme=True)
 
 
-@pytest.mark.parametrize("form", VERSE_FORMS)
+@pytest.mark.parametrize("form", [f for f in VERSE_FORMS if has_patterns(f)])
 def test_meter_poems_all_comply_measured_by_the_metrics(lit, form):
     """meter=true: 100 poems per form (the 排律 too: the 律 patterns continued), every one fits a
     standard pattern at every character and rhymes (measured by evaluate.py's metrics); a first
@@ -200,3 +200,25 @@ def test_meter_needs_both_tones_in_the_vocabulary():
     level_only = CharTokenizer.from_texts(["床前明光疑霜，。"])
     with pytest.raises(ValueError, match="both tones"):
         TemplateConstraint(level_only, [form_templates("wujue", meter=True)], "traditional", meter=True)
+
+
+def test_a_made_up_form_is_one_entry_of_data(lit, monkeypatch):
+    """A six-line 六言 added as docs/sampling.md says (one VERSE_FORMS entry) has its shape, rhyme,
+    acrostic and keywords; meter, which needs lines of 5 or 7, is refused in one line that says so;
+    the evaluation plans no meter or soft set for it; control=soft cannot ask for a form without a
+    plan token."""
+    from model.inspection.evaluation import sample_requests
+
+    monkeypatch.setitem(VERSE_FORMS, "liuyan", (6, 6))
+    out = poems(lit, 20, form="liuyan", rhyme=True, acrostic="白花千月白花", max_new_tokens=60)
+    assert all([len(line) for line in poem_lines(p)] == [6] * 6 for p in out)
+    assert all(shared_rhyme_groups([line[-1] for line in poem_lines(p)[1::2]], "traditional") for p in out)
+    assert all("".join(line[0] for line in poem_lines(p)) == "白花千月白花" for p in out)
+    with pytest.raises(ValueError, match="liuyan's lines have 6 characters.*leave meter out"):
+        poems(lit, 1, form="liuyan", meter=True)
+    requests = sample_requests(["form", "rhyme", "meter", "soft", "keywords"], ["liuyan"], plan_model=True)
+    assert {"liuyan", "liuyan+rhyme", "liuyan+keywords", "liuyan+rhyme+keywords"} <= set(requests)
+    assert not any("meter" in name or "soft" in name for name in requests)
+    assert form_of(out[0], VERSE_FORMS) == "liuyan" and poem_metrics(out, "traditional", frozenset(),
+                                                                     forms=VERSE_FORMS)["meter"] is None
+

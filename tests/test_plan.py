@@ -220,6 +220,8 @@ def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem
     steps = lit.engine.stream(start, 30, draw, tok.eos_id, True, [poem_boundaries(tok), grammar])
     assert torch.equal(rows, torch.cat([start, *steps], dim=1))  # only the poem rules and the plan grammar
     assert sum(form_of(p) == "wujue" for p in sample_poems(lit.engine, opts)) < 5  # untrained: the plan alone is no form
+    with pytest.raises(ValueError, match="form=wupai has no plan token .* use control=hard or both"):
+        sample_poems(lit.engine, SamplingOptions(form="wupai", control="soft", max_new_tokens=100))  # the 排律: masks only
 
 
 @pytest.mark.parametrize("control", ["hard", "both"])

@@ -66,6 +66,9 @@ def patterns(form: str) -> dict[str, tuple[str, ...]]:
     if form not in VERSE_FORMS:
         raise ValueError(f"unknown form {form!r}; choose one of {', '.join(VERSE_FORMS)}")
     n_lines, n_chars = VERSE_FORMS[form]
+    if not has_patterns(form):
+        raise ValueError(f"meter=true: {form}'s lines have {n_chars} characters, and the standard 平仄 patterns are of "
+                         "lines of 5 or 7; leave meter out (rhyme=true still rhymes the even lines)")
     out = {}
     for start, first_rhymes in product((LEVEL, OBLIQUE), (False, True)):
         lines, second = [], start
@@ -76,6 +79,11 @@ def patterns(form: str) -> dict[str, tuple[str, ...]]:
             lines.append(line_pattern(n_chars, second, last))  # 黏: the next odd line keeps `second`
         out[f"{start}起首句{'入韵' if first_rhymes else '不入韵'}"] = tuple(lines)
     return out
+
+
+def has_patterns(form: str) -> bool:
+    """Whether a form of `VERSE_FORMS` has the standard patterns: lines of 5 or 7 characters."""
+    return VERSE_FORMS[form][1] in (5, 7)
 
 
 def poem_lines(text: str) -> list[str]:
@@ -92,7 +100,10 @@ def free_positions(n_chars: int, relaxed: bool) -> frozenset[int]:
 def matching_patterns(lines: list[str], form: str, script: str, relaxed: bool = False) -> list[str]:
     """The names of `form`'s standard patterns whose tone every character of `lines` has (a
     polyphonic one has both); relaxed: positions of `free_positions` are not checked. Empty
-    if none fits or the lines do not have the form's shape. raises ValueError for an unknown form."""
+    if none fits, the lines do not have the form's shape, or the form has no patterns
+    (`has_patterns`). raises ValueError for an unknown form."""
+    if form in VERSE_FORMS and not has_patterns(form):
+        return []
     pats = patterns(form)
     n_lines, n_chars = VERSE_FORMS[form]
     if len(lines) != n_lines or any(len(line) != n_chars for line in lines):

@@ -24,11 +24,12 @@ from typing import Iterable, Sequence
 from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
+from data.verse.meter import has_patterns
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, VERSE_FORMS
 from model.engine import Engine
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, heldout_ci
-from model.inspection.poem_metrics import FORM_NAMES, PAILV, keyword_placement, poem_metrics, training_lines
+from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
 from model.sampling.conditions import known_poets
 from model.sampling.poems import SamplingOptions, check_keywords, decide, poem_text, read_plans, sample_ids
 
@@ -80,14 +81,15 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
         if "form" in kinds and char_model:
             requests[form] = {"form": form}
         for control in ("rhyme", "meter") if char_model else ():
-            if control in kinds:
+            if control in kinds and (control == "rhyme" or has_patterns(form)):
                 requests[f"{form}+{control}"] = {"form": form, control: True}
-        if "soft" in kinds and plan_model:
+        if "soft" in kinds and plan_model and form in FORMS:  # a form with a plan token
             requests[f"{form}+soft"] = {"form": form, "rhyme": True, "control": "soft"}
     if "keywords" in kinds and char_model:
         requests["keywords"] = {"keywords": HELD_OUT}
         for form in forms:
-            for extra in ({}, {"rhyme": True}, {"meter": True}, {"acrostic": ACROSTIC[:VERSE_FORMS[form][0]]}):
+            for extra in ({}, {"rhyme": True}, *([{"meter": True}] * has_patterns(form)),
+                          {"acrostic": ACROSTIC[:VERSE_FORMS[form][0]]}):
                 requests["+".join([form, *extra, "keywords"])] = {"form": form, **extra, "keywords": HELD_OUT}
     if "conditions" in kinds and conditions_model:
         requests.update(title={"title": HELD_OUT, "title_plan": False}, poet={"poet": EVERY_POET},
@@ -291,7 +293,7 @@ def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str
     finally:
         model.train(was_training)
     sampled = time.perf_counter()
-    pailv = [name for name, fields in requests.items() if fields.get("form") in PAILV]
+    pailv = [name for name, fields in requests.items() if fields.get("form") in VERSE_FORMS and fields["form"] not in FORMS]
     rows = evaluation_rows(samples, reference, corpus_path, script, plans, train_corpora, keywords, pailv)
     if keywords:
         keywords = {**keywords, "placement": placement_rows(samples, keywords, reference)}

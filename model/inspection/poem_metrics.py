@@ -15,7 +15,7 @@ fits either tone, one outside the table fits none).
 | `alternation` | 2nd, 4th (6th) characters alternate 平/仄 (二四六分明) | lines of regulated poems |
 | `nian` | 黏: a couplet's first line keeps the tones of the line before at 2nd, 4th (6th) | line pairs across couplets |
 | `dui` | 对: a couplet's lines oppose at 2nd, 4th (6th) | couplets of regulated poems |
-| `meter` | every character fits one of the form's standard patterns (`data.verse.meter.patterns`) | regulated poems |
+| `meter` | every character fits one of the form's standard patterns (`data.verse.meter.patterns`) | regulated poems of a form with patterns (lines of 5 or 7) |
 | `meter_relaxed` | the same with 1st, 3rd (5th) characters free (一三五不论) | regulated poems |
 | `copy` | the line, marks stripped, occurs verbatim in a training poem | lines |
 | `distinct_1`, `distinct_2` | distinct character n-grams ÷ all n-grams, within each poem's characters (Li et al. 2016, "A Diversity-Promoting Objective Function for Neural Conversation Models") | the first `n_distinct` poems |
@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from data.corpus_io import iter_corpus
-from data.verse.meter import alternates, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
+from data.verse.meter import alternates, has_patterns, matching_patterns, opposed, poem_lines, shared_rhyme_groups, sticks
 from data.verse.plan import poem_rhyme_groups
 from data.verse.poetry import FORMS, VERSE_FORMS, form_of, keyword_places, split_lines
 from data.verse.rhyme import rhyme_groups
@@ -105,7 +105,7 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
     """
     names, forms = (*forms, "other"), [form_of(p, forms) for p in poems]
     regulated = [poem_lines(p) for p, f in zip(poems, forms) if f != "other"]
-    level = rhymed = alternating = n_lines = nian = n_joins = dui = n_couplets = strict = relaxed = 0
+    level = rhymed = alternating = n_lines = nian = n_joins = dui = n_couplets = strict = relaxed = metered = 0
     for lines, form in zip(regulated, (f for f in forms if f != "other")):
         finals = [line[-1] for line in lines[1::2]]
         groups = rhyme_groups(finals, script)
@@ -117,6 +117,7 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
         n_joins += len(lines) // 2 - 1
         dui += sum(opposed(a, b, script) for a, b in zip(lines[0::2], lines[1::2]))
         n_couplets += len(lines) // 2
+        metered += has_patterns(form)  # a form with the standard patterns
         strict += bool(matching_patterns(lines, form, script))
         relaxed += bool(matching_patterns(lines, form, script, relaxed=True))
     all_lines = [line for p in poems for line in poem_lines(p)]
@@ -131,8 +132,8 @@ def poem_metrics(poems: list[str], script: str, train_lines: frozenset[str], n_d
         "alternation": _rate(alternating, n_lines),
         "nian": _rate(nian, n_joins),
         "dui": _rate(dui, n_couplets),
-        "meter": _rate(strict, len(regulated)),
-        "meter_relaxed": _rate(relaxed, len(regulated)),
+        "meter": _rate(strict, metered),
+        "meter_relaxed": _rate(relaxed, metered),
         "copy": _rate(sum(line in train_lines for line in all_lines), len(all_lines)),
         "distinct_1": distinct_n(sample, 1),
         "distinct_2": distinct_n(sample, 2),

@@ -128,6 +128,10 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     form = CI if opts.tune else opts.form
     if form is not None and form not in (*VERSE_FORMS, CI):
         raise ValueError(f"unknown form {form!r}; choose one of {', '.join(VERSE_FORMS)} or {CI} (with tune=)")
+    ids = plan_ids(engine.tokenizer)
+    if control == "soft" and form in VERSE_FORMS and form not in ids.forms:
+        raise ValueError(f"form={form} has no plan token (a plan names {', '.join(f for f in ids.forms if f != 'other')}): "
+                         "control=soft cannot ask for it; use control=hard or both")
     if opts.meter and form is None:
         raise ValueError(f"meter needs a form to know the tone patterns; give form= one of {', '.join(VERSE_FORMS)}")
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
@@ -141,7 +145,6 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
         raise ValueError("rhyme needs a form or an acrostic to know where lines end")
     keywords = [tuple(engine.to_model_text(w, "keywords") for w in row)
                 for row in keyword_rows(planned.keywords, opts.num_samples)]
-    ids = plan_ids(engine.tokenizer)  # each row's plan given: a 诗's form token (none for hard, drawn); a 词's later
     plans = [[]] * opts.num_samples if control == "hard" or not form or tunes_ else \
         [[ids.forms.get(form, ids.forms["other"])]] * opts.num_samples
     return Decision(form, tunes_, templates, control, opts.rhyme or (opts.meter and not tunes_),
