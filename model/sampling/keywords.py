@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterable, Sequence
 
 import torch
@@ -18,7 +19,7 @@ from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from data.verse.templates import FREE_LENGTHS, Template, form_templates
-from model.sampling.rules import Acrostic, Tones
+from model.sampling.rules import Acrostic, Tones, only
 
 MAX_FREE_LINE = max(FREE_LENGTHS)
 """The longest line a keyword may fill without a form (7, as the longest regulated line)."""
@@ -194,6 +195,7 @@ class FreeKeywords:
             raise ValueError(f"the keyword {long[0]} has {len(long[0])} characters, more than a line holds "
                              f"({MAX_FREE_LINE} without form=)")
         self.tok, self.prompt, self.max_new_tokens, self.rng = tokenizer, prompt, max_new_tokens, random.Random(seed)
+        self.only = partial(only, tokenizer)
         self.keywords = [tuple(k for k in row if k not in prompt) for row in keywords]
         self.rows: list[KeywordRow] = []
         self.start: int | None = None  # the length of the sequence at the first step
@@ -207,12 +209,6 @@ class FreeKeywords:
         self._no_eos[tokenizer.eos_id] = False
         self._no_mark = self._no_eos.clone()
         self._no_mark[[tokenizer.stoi[m] for m in LINE_END if m in tokenizer.stoi]] = False
-
-    def only(self, chars: Iterable[str]) -> torch.Tensor:
-        """(V,) bool: only these characters."""
-        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
-        allowed[[self.tok.stoi[c] for c in chars]] = True
-        return allowed
 
     def _planned(self, form: str) -> Placement | None:
         """The placement in the template of `form` (None for `<其他>`), one per form."""

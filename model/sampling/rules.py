@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Hashable, Sequence
+from typing import Hashable, Iterable, Sequence
 
 import torch
 
@@ -54,6 +54,13 @@ def where(t: Template, k: int) -> str:
     """Position k of a template in words: `line 2 character 3`."""
     line = t.line_of(k)
     return f"line {line + 1} character {k - t.starts[line] + 1}"
+
+
+def only(tok: CharTokenizer, chars: Iterable[str]) -> torch.Tensor:
+    """(V,) bool: these characters of the vocabulary only."""
+    allowed = torch.zeros(tok.vocab_size, dtype=torch.bool)
+    allowed[[tok.stoi[c] for c in chars]] = True
+    return allowed
 
 
 def tone_of(cls) -> str:

@@ -8,7 +8,8 @@ plan slots take the plan tokens that name the row's templates. docs/sampling.md#
 from __future__ import annotations
 
 import random
-from typing import Iterable, Sequence
+from functools import partial
+from typing import Sequence
 
 import torch
 
@@ -19,7 +20,7 @@ from data.verse.poetry import is_hanzi
 from data.verse.templates import CI_BOOK, Template
 from data.verse.tunes import tunes
 from model.sampling.keywords import KeywordRow, Placement
-from model.sampling.rules import Acrostic, Row, Rule, Tones, rhyme_rule, vocabulary_tables
+from model.sampling.rules import Acrostic, Row, Rule, Tones, only, rhyme_rule, vocabulary_tables
 
 
 class TemplateConstraint:
@@ -39,7 +40,7 @@ class TemplateConstraint:
                  keywords: Sequence[tuple[str, ...]] = (), prompt: str = "", seed: int = 0):
         if not isinstance(tokenizer, CharTokenizer):
             raise ValueError("form, tune, acrostic, rhyme and meter need a character-level model (tokenizer=char)")
-        self.tok, self.prompt, self.plan = tokenizer, prompt, plan_ids(tokenizer)
+        self.tok, self.prompt, self.plan, self.only = tokenizer, prompt, plan_ids(tokenizer), partial(only, tokenizer)
         self.templates: list[Template] = []
         self.groups: list[frozenset[int]] = []  # each distinct row's templates, by index
         at: dict[tuple[Template, ...], int] = {}
@@ -88,12 +89,6 @@ class TemplateConstraint:
             raise ValueError(f"the acrostic {acrostic!r} fits none of the {self.templates[min(g)].name} tone patterns "
                              "(meter=true)")
         return kept
-
-    def only(self, chars: Iterable[str]) -> torch.Tensor:
-        """(V,) bool: only these characters."""
-        allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)
-        allowed[[self.tok.stoi[c] for c in chars]] = True
-        return allowed
 
     def _start(self, g: int, keywords: tuple[str, ...] = (), plan: bool = True) -> Row:
         n = max(len(self.templates[i].segments) for i in self.groups[g])
