@@ -102,9 +102,9 @@ class TemplateConstraint:
         """Tokens of the longest template, marks and `<eos>` included (not `<bos>`)."""
         return max(t.length + len(t.lines) for t in self.templates) + 1
 
-    def _walk(self, g: int, text: str, keywords: tuple[str, ...] = ()) -> Row:
+    def _walk(self, g: int, text: str) -> Row:
         """A row of group g past `text` (a prompt). raises ValueError saying where it breaks the templates."""
-        row = self._start(g, keywords, plan=False)
+        row = self._start(g, plan=False)
         for n, c in enumerate(text):
             if reason := self._advance(row, c):
                 raise ValueError(f"the prompt {text!r} does not fit {self._name(g)} at {c!r} (character {n + 1}): "
