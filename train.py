@@ -46,6 +46,7 @@ from model.training.runtime import (
     compile_or_eager,
     ddp_strategy,
     die_with_launcher,
+    end_process_group,
     instantiate_loggers,
     launch_id,
     resolve_precision,
@@ -144,6 +145,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger):
             lg.experiment.finish()  # flush the run now, so sweeps in one process get separate runs
+    end_process_group()  # gloo's, left to the interpreter's exit, can abort a rank that finished
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 

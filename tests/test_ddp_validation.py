@@ -13,6 +13,7 @@ sys.path.insert(0, {root!r})
 import lightning as L, torch
 from data.datamodule import PoetryDataModule
 from model.training.lit import LitGPT
+from model.training.runtime import end_process_group
 
 devices, corpus, cache, out = int(sys.argv[1]), *sys.argv[2:]
 dm = PoetryDataModule(corpus, cache, block_size=16, batch_size=2)  # 8 windows a batch: several batches a rank
@@ -28,6 +29,7 @@ with warnings.catch_warnings(record=True) as seen:
 if trainer.global_rank == 0:
     json.dump({{**{{k: float(v) for k, v in metrics.items()}}, "windows": len(dm.val_set),
                "warnings": [str(w.message) for w in seen]}}, open(out, "w"))
+end_process_group()  # as train.py ends: without it, a rank may abort at exit (SIGABRT) in gloo's teardown
 """
 
 

@@ -146,3 +146,20 @@ def test_a_gpu_accelerator_without_a_gpu_is_one_line_before_any_work(monkeypatch
         check_accelerator("gpu")
     check_accelerator("cpu")  # no error
     check_accelerator("auto")
+
+
+def test_a_finished_run_destroys_its_gloo_group_and_without_one_does_nothing(tmp_path):
+    import torch.distributed as dist
+
+    from model.training.runtime import end_process_group
+    end_process_group()  # no group: nothing to do, no error
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        total = torch.ones(3)
+        dist.all_reduce(total)
+        assert total.tolist() == [1.0, 1.0, 1.0]
+        end_process_group()
+        assert not dist.is_initialized()
+    finally:  # never leave a group to the tests after this one
+        if dist.is_initialized():
+            dist.destroy_process_group()
