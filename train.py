@@ -136,6 +136,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     try:
         with run_name_for_all_ranks(cfg.run_name):
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    except TrainingInterrupted:  # StopOnSignal's: every rank stopped after one step and its saved checkpoint
+        end_process_group()
+        raise
     except SIGTERMException:  # Lightning's own handler: SIGTERM came before training started
         raise TrainingInterrupted(signal.SIGTERM) from None
     except RuntimeError as err:  # a collective that stalled past collective_timeout or lost its peer: one line

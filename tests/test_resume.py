@@ -185,3 +185,19 @@ def test_resuming_with_another_shape_or_vocabulary_stops_in_one_line(uninterrupt
         train_script.train(cfg)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert (tmp_path / "cache").exists() == ("script" in override)  # only the vocabulary needs the data
+
+
+def test_a_run_that_ends_or_stops_on_a_signal_ends_its_process_group_and_a_crash_does_not(uninterrupted, tmp_path,
+                                                                                         monkeypatch):
+    """train.py destroys the process group after a run that ended well or stopped on a signal (every
+    rank after the same step), never after a failure, where another rank may wait in a collective."""
+    ended, rec = [], Recorder(monkeypatch)
+    monkeypatch.setattr(train_script, "end_process_group", lambda: ended.append(True))
+    short = [o for o in RUN if not o.startswith(("trainer.max_steps", "trainer.val_check"))] + \
+        ["trainer.max_steps=4", "trainer.val_check_interval=2"]
+    rec.run(make_train_cfg(tmp_path / "ended", uninterrupted.corpus, monkeypatch)(*short))
+    assert ended == [True]
+    rec.run(make_train_cfg(tmp_path / "stopped", uninterrupted.corpus, monkeypatch)(*short), signal_at=1)
+    assert ended == [True, True]
+    rec.run(make_train_cfg(tmp_path / "crashed", uninterrupted.corpus, monkeypatch)(*short), crash_at=1)
+    assert ended == [True, True]

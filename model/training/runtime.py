@@ -224,12 +224,14 @@ def ddp_strategy(trainer_cfg: DictConfig, collective_timeout: float) -> None:
 
 
 def end_process_group() -> None:
-    """After a run that ended well, destroys torch.distributed's default process group (if there
-    is one) while the interpreter is still whole. Lightning does so only for NCCL; a gloo group
+    """After a run that ended well, or that every rank stopped after the same step on a signal
+    (`TrainingInterrupted`), destroys torch.distributed's default process group (if there is one)
+    while the interpreter is still whole. Lightning does so only for NCCL; a gloo group
     left to the interpreter's exit aborts a rank that has finished (SIGABRT, "terminate called
     without an active exception") when one of gloo's worker threads lets go of its last tensor
     during finalization: a race right after the last collective (pytorch/pytorch#190489). Not
-    called after a failure: destroying a group while another rank waits in a collective can hang."""
+    called after a failure (or a SIGTERM before training began): destroying a group while another
+    rank waits in a collective can hang."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
