@@ -6,6 +6,7 @@
     python benchmarks/fixed_time.py --check-reference  # the reference against nanoGPT's figures
     python benchmarks/fixed_time.py --overhead 300     # Lightning's cost per step against a bare loop
     python benchmarks/fixed_time.py --keep-reference   # the default only; the reference rows kept from the JSON
+    python benchmarks/fixed_time.py --compare A.ckpt B.ckpt  # B against A, window by window (paired intervals)
 
 (a) **The reference**: a plain PyTorch loop, as nanoGPT's `train.py` is (no Lightning), with
 nanoGPT's README CPU configuration: its model (learned positions, tied head, GELU MLP,
@@ -47,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import rootutils  # noqa: E402
 import torch  # noqa: E402
 from hydra.utils import instantiate as hydra_instantiate  # noqa: E402
@@ -88,14 +90,66 @@ def datamodule(val_windows: str = "poems", block_size: int = 64, plan_tokens: bo
 def score(engine: Engine, protocols=PROTOCOLS) -> dict:
     """`val/loss` and `val/bpc` (and `val/bpc_text` for a model with plan tokens) of a model on each
     held-out protocol, through `LitGPT`'s own validation (`validation_metrics`), on data framed as
-    it was trained: `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows."""
+    it was trained: `poems` with the model's block_size, `blocks` always in nanoGPT's 64-token windows;
+    with `bpc_interval_95`, the 95 % interval of its `val_bpc` over the held-out windows (`bpc_interval`)."""
     out = {}
     for protocol in protocols:
         block = engine.model.cfg.block_size if protocol == "poems" else NANOGPT["block_size"]  # blocks: nanoGPT's
         dm = datamodule(protocol, block, bool(engine.tokenizer.plan), engine.meta.conditions, engine.meta.corpora)
         metrics = validation_metrics(engine, dm)
         out[protocol] = {k.replace("/", "_"): round(v, 4) for k, v in metrics.items()}
+        out[protocol]["bpc_interval_95"] = [round(b, 4) for b in bpc_interval(*window_sums(engine, dm))]
     return out
+
+
+@torch.no_grad()
+def window_sums(engine: Engine, dm: PoetryDataModule) -> tuple[np.ndarray, np.ndarray]:
+    """Each held-out window's nats and poem characters, the two sums `val/bpc` divides (`LitGPT`'s
+    validation): (n_windows,) float64 each, in the data module's validation order."""
+    dm.setup("validate")
+    counts = torch.tensor(engine.tokenizer.char_counts, device=engine.device)  # (vocab_size,) characters per token
+    nats, chars = [], []
+    for x, y in dm.val_dataloader():  # (B, T) each
+        x, y = x.to(engine.device), y.to(engine.device)
+        nats.append(engine.model.eval().nats(x, y).double().sum(1))  # (B,)
+        chars.append(torch.where(y >= 0, counts[y.clamp(min=0)], 0).sum(1))  # (B,)
+    return torch.cat(nats).cpu().numpy(), torch.cat(chars).cpu().numpy().astype(np.float64)
+
+
+def compare(base: Path, others: list[Path], resamples: int = 1000) -> dict:
+    """Each checkpoint in `others` against `base` on both protocols, window by window (the same
+    windows: models of one block_size): {checkpoint: {protocol: {"val_bpc", "delta", "delta_interval_95"}}},
+    delta = its bpc − base's, the interval a paired percentile bootstrap over the windows (seed 0).
+    raises ValueError for models whose `poems` windows differ (another block_size)."""
+    engines = {str(c): load_engine(c) for c in [base, *others]}
+    sizes = {e.model.cfg.block_size for e in engines.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"the checkpoints have block sizes {sorted(sizes)}: their poems windows differ; compare one size")
+    out = {}
+    for protocol in PROTOCOLS:
+        block = sizes.pop() if protocol == "poems" else NANOGPT["block_size"]
+        sums = {}
+        for name, e in engines.items():
+            dm = datamodule(protocol, block, bool(e.tokenizer.plan), e.meta.conditions, e.meta.corpora)
+            sums[name] = window_sums(e, dm)
+        (n0, chars) = sums[str(base)]
+        draw = np.random.default_rng(0).integers(0, len(n0), (resamples, len(n0)))  # (resamples, windows)
+        for name, (n1, _) in sums.items():
+            delta = (n1 - n0)[draw].sum(1) / chars[draw].sum(1) / math.log(2)  # (resamples,)
+            out.setdefault(name, {})[protocol] = {
+                "val_bpc": round(float(n1.sum() / chars.sum() / math.log(2)), 4),
+                "delta": round(float((n1 - n0).sum() / chars.sum() / math.log(2)), 4),
+                "delta_interval_95": [round(float(q), 4) for q in np.percentile(delta, [2.5, 97.5])]}
+    return out
+
+
+def bpc_interval(nats: np.ndarray, chars: np.ndarray, resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """The 95 % percentile-bootstrap interval of bits per character Σ nats ÷ Σ chars ÷ ln 2 over
+    windows drawn with replacement (nats, chars (n,) each, `window_sums`), seeded."""
+    draw = np.random.default_rng(seed).integers(0, len(nats), (resamples, len(nats)))  # (resamples, n)
+    bpc = nats[draw].sum(1) / chars[draw].sum(1) / math.log(2)  # (resamples,)
+    low, high = np.percentile(bpc, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def nanogpt_reference(max_iters: int | None = None, seconds: float | None = None, seed: int = 1337,
@@ -304,14 +358,24 @@ def main(argv=None) -> None:
                    help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",
                    help="only Lightning's overhead against a bare loop, over this many steps of the default model")
+    p.add_argument("--compare", nargs="+", default=None, metavar="CKPT",
+                   help="only score checkpoints against the first, window by window: Δ val/bpc with a paired "
+                   "95 %% interval on both protocols (logs/fixed-time-compare-cpu.json)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a train.py override of every default run (repeatable; e.g. a smaller model or corpus)")
     p.add_argument("--out", type=Path, default=None,
                    help="the folder of the JSON (default: benchmarks/results; logs with --quick)")
     args = p.parse_args(argv)
-    out_dir = args.out or ROOT / ("logs" if args.quick else "benchmarks/results")
+    out_dir = args.out or ROOT / ("logs" if args.quick or args.compare else "benchmarks/results")
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "commit": commit()}
+    if args.compare:
+        result["compare"] = r = compare(Path(args.compare[0]), [Path(c) for c in args.compare[1:]])
+        for name, row in r.items():
+            print(name, "  ".join(f"{p} {v['val_bpc']:.4f} Δ {v['delta']:+.4f} [{v['delta_interval_95'][0]:+.4f}, "
+                                  f"{v['delta_interval_95'][1]:+.4f}]" for p, v in row.items()))
+        (out_dir / "fixed-time-compare-cpu.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+        return
     if args.overhead:
         result["lightning_overhead"] = r = lightning_overhead(args.overhead, overrides=tuple(args.override))
         print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (runs {r['bare_runs_ms']}), Lightning "

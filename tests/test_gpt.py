@@ -111,3 +111,55 @@ def test_architecture_options():
         tiny(pos_emb="alibi")
     with pytest.raises(ValueError, match="unknown mlp_act"):
         tiny(mlp_act="swiglu")
+
+
+def test_bigram_hash_embedding_hashes_each_pair_and_starts_as_no_change():
+    m = tiny(bigram_buckets=64, bigram_embd=8)
+    assert m.bigram.emb.weight.shape == (64, 8) and m.bigram.proj.weight.shape == (32, 8)
+    assert m.bigram.proj.weight.abs().sum() == 0  # starts at 0: the model starts as without it
+    idx = torch.tensor([[3, 7, 7, 3]])
+    b = m.bigram.bucket(idx)
+    assert b[0, 0] == 0  # the first token's previous one is unknown
+    assert b[0, 1] == 1 + ((3 * 1_000_003) ^ 7) % 63 and b[0, 1] != b[0, 2]  # (3, 7) and (7, 7) differ
+    assert torch.equal(m.bigram.bucket(idx, torch.tensor([5]))[:, 1:], b[:, 1:])
+    assert m.bigram.bucket(idx, torch.tensor([5]))[0, 0] == 1 + ((5 * 1_000_003) ^ 3) % 63
+    assert (b >= 0).all() and (m.bigram.bucket(torch.randint(0, 50, (4, 16))) < 64).all()
+    base = tiny()
+    base.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("bigram.")})
+    torch.testing.assert_close(m(idx), base(idx))
+    with pytest.raises(ValueError, match="bigram_buckets"):
+        tiny(bigram_buckets=1)
+
+
+def test_x0_shortcut_adds_the_embeddings_to_each_later_block_by_a_learned_scalar():
+    m = tiny(x0_shortcut=True)
+    assert m.x0_lambdas.shape == (2,) and m.x0_lambdas.abs().sum() == 0
+    idx = torch.randint(0, 50, (2, 9))
+    base = tiny()
+    base.load_state_dict({k: v for k, v in m.state_dict().items() if k != "x0_lambdas"})
+    torch.testing.assert_close(m(idx), base(idx))  # λ = 0: as without it
+    with torch.no_grad():
+        m.x0_lambdas.fill_(0.5)
+    x0 = m._embed(idx)
+    seen = []
+    m.blocks[1].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    m(idx)
+    torch.testing.assert_close(seen[0], m.blocks[0](x0) + 0.5 * x0)
+
+
+@pytest.mark.parametrize("options", [{"bigram_buckets": 97}, {"x0_shortcut": True},
+                                     {"bigram_buckets": 97, "x0_shortcut": True, "head": "adaptive",
+                                      "head_cutoffs": (20,)}])
+def test_new_options_give_the_same_logits_with_and_without_the_kv_cache(options):
+    from model.kv_cache import Cache
+
+    m = tiny(pos_emb="rope", **options)
+    with torch.no_grad():
+        for p in m.parameters():  # no path at its zero initialisation
+            p.copy_(torch.randn_like(p) * 0.1)
+    idx = torch.randint(0, 50, (3, 16))
+    full = m(idx)
+    cache = Cache(2, 16)
+    steps = torch.cat([m(idx[:, :5], cache), *(m(idx[:, t:t + 1], cache) for t in range(5, 16))], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
+    assert len(m.attention_maps(idx)) == 2

@@ -214,16 +214,25 @@ def model_settings(cfg) -> dict:
 def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
     """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_weight_decay) for the
     weight matrices inside the blocks, AdamW (lr, betas, weight_decay on matrices only, as nanoGPT)
-    for embeddings, output layer and vectors. The groups are named (`muon`, `decay`, `no_decay`):
-    the learning-rate monitor logs `lr-MuonAdamW/muon`, ... The nanoGPT reference's AdamW is
+    for embeddings, output layer and vectors; with `embed_lr` set (not None), the embedding tables
+    (every `nn.Embedding`'s weight not tied to the output layer) take AdamW at that rate instead.
+    The groups are named (`muon`, `decay`, `no_decay`, and `embed` with embed_lr): the
+    learning-rate monitor logs `lr-MuonAdamW/muon`, ... The nanoGPT reference's AdamW is
     benchmarks/fixed_time.py's own."""
     named = list(gpt.named_parameters())
     hidden = [p for n, p in named if n.startswith("blocks.") and p.dim() == 2]
     ids = {id(p) for p in hidden}
+    tables = []
+    if o.get("embed_lr") is not None:
+        out = {id(p) for p in gpt.lm_head.parameters()}
+        tables = [m.weight for m in gpt.modules() if isinstance(m, torch.nn.Embedding) and id(m.weight) not in out]
+        ids |= {id(p) for p in tables}
     decay = [p for _, p in named if p.dim() >= 2 and id(p) not in ids]
     no_decay = [p for _, p in named if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": o["weight_decay"], "name": "decay"},
               {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
+    if tables:
+        groups.append({"params": tables, "weight_decay": o["weight_decay"], "name": "embed", "lr": o["embed_lr"]})
     muon = {"params": hidden, "use_muon": True, "name": "muon", "lr": o["muon_lr"], "momentum": o["muon_momentum"],
             "weight_decay": o["muon_weight_decay"]}
     return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
