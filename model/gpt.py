@@ -17,11 +17,6 @@ alternatives each option names:
   rarer ones sit in tail clusters each 4 times narrower than the last; or `tied`, a linear layer
   tied to the token embedding (nanoGPT's). `model.loading.head_for_vocabulary` decides which
   head a vocabulary gets before the model is built.
-- `bigram_buckets` > 0: a bigram hash embedding (modded-nanogpt's speedrun, 2026): each
-  token's pair (previous token, token) hashed into `bigram_buckets` rows of width `bigram_embd`,
-  projected to n_embd and added to the token embedding (`BigramHash`); 0 leaves it out.
-- `x0_shortcut`: every block after the first reads x + λ_i · x0, x0 the blocks' input (the
-  embedding shortcut of the speedrun), λ_i learned scalars starting at 0.
 - `poem_inputs` (and the auxiliary `rhyme_loss_weight`): what the network is told about a poem
   besides its tokens, one module beside this one, `model/poem_inputs.py`.
 - `backend`: the attention backend (`model/attention.py`: naive | sdpa | flash), the same function.
@@ -61,9 +56,6 @@ class GPTConfig:
     pos_emb: str = "learned"  # learned (a table of block_size vectors) | rope (rotary, in the attention)
     mlp_act: str = "gelu"  # gelu | relu2 (ReLU squared: So et al. 2021, "Primer")
     zero_init_proj: bool = False  # residual output projections start at 0: each block starts as the identity
-    bigram_buckets: int = 0  # > 0: a bigram hash embedding of this many rows (0: none)
-    bigram_embd: int = 32  # with bigram_buckets: the width of its rows, projected to n_embd
-    x0_shortcut: bool = False  # each block after the first also reads the embeddings: x + λ_i · x0, λ_i learned from 0
     poem_inputs: bool = False  # each token's 平水韵 groups and tone, and where it sits in the poem, in and out
     rhyme_loss_weight: float = 0.0  # with poem_inputs: weight of the auxiliary rhyme loss at rhyme slots
     rhyme_groups: int = GROUPS  # with poem_inputs: the tokenizer's rhyme-group ids (data.features.group_count)
@@ -91,32 +83,6 @@ class MLP(nn.Module):
         h = self.c_fc(x)  # (B, T, 4·n_embd)
         h = F.relu(h).square() if self.relu2 else F.gelu(h)
         return self.dropout(self.c_proj(h))
-
-
-class BigramHash(nn.Module):
-    """The pair (previous token, token) of every position, hashed into `buckets` rows of width
-    `width`, projected to n_embd (the projection starts at 0, so the model starts without it).
-    Row 0 stands for a token whose previous one is unknown (the first of a window without
-    history). buckets: at least 2. raises ValueError otherwise."""
-    def __init__(self, buckets: int, width: int, n_embd: int):
-        super().__init__()
-        if buckets < 2:
-            raise ValueError(f"bigram_buckets must be 0 (none) or at least 2, not {buckets}")
-        self.buckets = buckets
-        self.emb = nn.Embedding(buckets, width)
-        self.proj = nn.Linear(width, n_embd, bias=False)
-
-    def bucket(self, idx: torch.Tensor, before: torch.Tensor | None = None) -> torch.Tensor:
-        """idx (B, T) int64, before (B,) int64 the token before idx[:, 0] or None (unknown) → (B, T)
-        bucket ids: 1 + (prev · 1,000,003 xor token) mod (buckets − 1), 0 where prev is unknown."""
-        first = idx.new_full((idx.size(0), 1), -1) if before is None else before[:, None]  # (B, 1), -1: unknown
-        prev = torch.cat([first, idx[:, :-1]], dim=1)  # (B, T)
-        h = 1 + torch.bitwise_xor(prev * 1_000_003, idx) % (self.buckets - 1)  # (B, T)
-        return h.masked_fill(prev < 0, 0)
-
-    def forward(self, idx: torch.Tensor, before: torch.Tensor | None = None) -> torch.Tensor:
-        """idx (B, T) int64 → (B, T, n_embd), the rows of each position's pair (`bucket`)."""
-        return self.proj(self.emb(self.bucket(idx, before)))
 
 
 class Block(nn.Module):
@@ -232,16 +198,12 @@ class GPT(nn.Module):
         if cfg.rhyme_loss_weight > 0 and not cfg.poem_inputs:
             raise ValueError("rhyme_loss_weight > 0 needs poem_inputs=true (the tokens' rhyme groups)")
         self.poem = PoemInputs(cfg) if cfg.poem_inputs else None
-        self.bigram = BigramHash(cfg.bigram_buckets, cfg.bigram_embd, cfg.n_embd) if cfg.bigram_buckets else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.x0_lambdas = nn.Parameter(torch.zeros(cfg.n_layer)) if cfg.x0_shortcut else None  # (n_layer,)
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
         self.lm_head = OutputHead(cfg, self.wte, self.poem.output_rows if self.poem else None)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
-            if name == "bigram.proj.weight":
-                nn.init.zeros_(p)
             if name.endswith("c_proj.weight"):  # residual projections, GPT-2 §2.3
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
                 if cfg.zero_init_proj:
@@ -259,8 +221,6 @@ class GPT(nn.Module):
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence length {start + T} exceeds block_size {self.cfg.block_size}")
         x = self.wte(idx)  # (B, T, n_embd)
-        if self.bigram is not None:  # + each (previous token, token) pair's row
-            x = x + self.bigram(idx, None if history is None or not history.size(1) else history[:, -1])
         if self.poem is not None:
             x = self.poem(x, idx, history)  # + phonology and structure rows
         if self.wpe is not None:  # with rope, positions enter in the attention instead
@@ -269,14 +229,10 @@ class GPT(nn.Module):
 
     def _hidden(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         """idx (B, T) int64 → the final LayerNorm's output (B, W, n_embd), W = T unless the cache refilled."""
-        x = x0 = self._embed(idx) if cache is None else self._embed(*cache.feed(idx))  # (B, W, n_embd)
+        x = self._embed(idx) if cache is None else self._embed(*cache.feed(idx))  # (B, W, n_embd)
         for i, block in enumerate(self.blocks):
-            x = block(self._shortcut(i, x, x0), None if cache is None else cache.layers[i])  # (B, W, n_embd)
-        return self.ln_f(x)
-
-    def _shortcut(self, i: int, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """Block i's input: x (B, T, n_embd), plus λ_i · x0 (the embeddings, same shape) with `x0_shortcut`."""
-        return x if self.x0_lambdas is None or i == 0 else x + self.x0_lambdas[i] * x0  # (B, W, n_embd)
+            x = block(x, None if cache is None else cache.layers[i])  # (B, W, n_embd)
+        return self.ln_f(x)  # (B, W, n_embd)
 
     def forward(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         """idx: (B, T) int64 token ids → logits (B, T, vocab_size) float; with the adaptive head
@@ -308,10 +264,9 @@ class GPT(nn.Module):
         returns n_layer tensors of (B, n_head, T, T) float, eval semantics, rows sum to 1,
         whatever the attention backend.
         """
-        x = x0 = self._embed(idx)  # (B, T, n_embd)
+        x = self._embed(idx)  # (B, T, n_embd)
         maps = []
-        for i, block in enumerate(self.blocks):
-            x = self._shortcut(i, x, x0)
+        for block in self.blocks:
             maps.append(block.attn.attention_weights(block.ln_1(x)))  # (B, n_head, T, T)
             x = block(x)
         return maps

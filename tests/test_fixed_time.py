@@ -29,3 +29,20 @@ def test_table_lists_every_run_with_both_protocols():
     assert len(lines) == 4
     assert lines[2].startswith("| default | 2,200 | 600.0 | 8448 | 5.000 | 7.250 | 5.100 | 7.500 |")
     assert lines[3].startswith("| reference | 7,500 | 1200.0 |  | 5.000 |")
+
+
+def test_bpc_interval_is_a_bootstrap_of_the_ratio_over_windows():
+    import math
+
+    import numpy as np
+
+    chars = np.array([10.0, 20.0, 30.0, 40.0])
+    assert fixed_time.bpc_interval(chars * math.log(2) * 7.0, chars) == pytest.approx((7.0, 7.0))  # every window 7 bpc
+    rng = np.random.default_rng(1)
+    chars = rng.integers(5, 60, 2000).astype(float)
+    nats = chars * math.log(2) * rng.normal(7.0, 1.0, 2000)  # windows of 7 ± 1 bpc
+    low, high = fixed_time.bpc_interval(nats, chars)
+    point = nats.sum() / chars.sum() / math.log(2)
+    assert low < point < high and 0.02 < high - low < 0.15  # about ±1.96 · 1 / √2000 · (spread of the sizes)
+    low4, high4 = fixed_time.bpc_interval(nats[:500], chars[:500])
+    assert high4 - low4 > 1.5 * (high - low)  # a quarter of the windows: about twice as wide

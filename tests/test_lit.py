@@ -101,16 +101,16 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
 
 def test_embed_lr_gives_the_embedding_tables_a_group_of_their_own():
     gpt = GPT(GPTConfig(vocab_size=60, block_size=16, n_layer=1, n_head=2, n_embd=16, head="adaptive",
-                        head_cutoffs=(20,), poem_inputs=True, rhyme_loss_weight=0.1, bigram_buckets=32))
+                        head_cutoffs=(20,), poem_inputs=True, rhyme_loss_weight=0.1))
     opt = build_optimizer(gpt, {**OPTIM, "embed_lr": 0.05})
     assert [g["name"] for g in opt.param_groups] == ["muon", "decay", "no_decay", "embed"]
     names = {id(p): n for n, p in gpt.named_parameters()}
     decay, embed = opt.param_groups[1], opt.param_groups[3]
     assert embed["lr"] == 0.05 and decay["lr"] == OPTIM["lr"] and embed["weight_decay"] == OPTIM["weight_decay"]
-    assert {names[id(p)] for p in embed["params"]} == {"wte.weight", "wpe.weight", "bigram.emb.weight", *(
+    assert {names[id(p)] for p in embed["params"]} == {"wte.weight", "wpe.weight", *(
         f"poem.{t}.weight" for t in ("wge", "wtone", "wline", "wcount", "wslot"))}
     assert {names[id(p)] for p in decay["params"]} == {
-        "bigram.proj.weight", "lm_head.adaptive.head.weight", "poem.rhyme_head.weight",
+        "lm_head.adaptive.head.weight", "poem.rhyme_head.weight",
         *(f"lm_head.adaptive.tail.0.{i}.weight" for i in (0, 1))}
     assert sorted(id(p) for g in opt.param_groups for p in g["params"]) == sorted(names)  # each parameter once
     tied = lit().gpt  # the tied output layer is wte: it keeps lr, so only the positions' table is an embedding's

@@ -79,20 +79,3 @@ def test_the_device_is_resolved_in_one_place():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
             resolve_device("cuda")
-
-
-def test_a_checkpoint_without_the_new_model_options_loads_with_them_off(tmp_path):
-    """A checkpoint written before bigram_buckets, bigram_embd and x0_shortcut existed (issue 58)."""
-    tok = CharTokenizer([*"".join(POEMS)])
-    torch.manual_seed(0)
-    lit = LitGPT({**MODEL, "backend": "naive"}, {}, tok.state_dict())
-    old = {k: v for k, v in lit.hparams.model.items() if k not in ("bigram_buckets", "bigram_embd", "x0_shortcut")}
-    path = tmp_path / "old" / "last.ckpt"
-    path.parent.mkdir()
-    torch.save({"hyper_parameters": {**dict(lit.hparams), "model": old}, "state_dict": lit.state_dict()}, path)
-    engine = load_engine(path.parent)
-    assert engine.model.cfg.bigram_buckets == 0 and not engine.model.cfg.x0_shortcut
-    assert engine.model.bigram is None and engine.model.x0_lambdas is None
-    idx, _ = engine.encode_line("床前明月光，")
-    torch.testing.assert_close(engine.model(idx), lit.eval().gpt(idx), rtol=0, atol=0)
-    assert engine.generate(idx, 5).shape == (1, 12)
