@@ -7,7 +7,7 @@
   starts, of the whole run's window order (the sampler's, annealing phase included) and of
   the validation windows' contents;
 - `schedule`: every optimizer group's learning rate at nine steps of the run, and the optimizer's
-  settings (`model.optim` less its name);
+  settings (`model.optim` less its name and the settings left null, which change nothing);
 - `model`: the parameter count and shapes, then three optimizer steps of the seeded model on
   the run's first batches, on the CPU in float32: each step's loss and the norm of each
   parameter group's update (6 significant digits; the optimizer's kind shows in its groups).
@@ -111,7 +111,8 @@ def fingerprint(cfg: DictConfig) -> dict:
                         "gradient_clip_val": t.get("gradient_clip_val"), "precision": str(t.get("precision")),
                         "val_check_interval": t.get("val_check_interval"), "batch_size": dm.batch_size,
                         "seed": cfg.seed},
-            "data": data, "schedule": {"optim": {k: v for k, v in lit.hparams.optim.items() if k != "name"},
+            "data": data, "schedule": {"optim": {k: v for k, v in lit.hparams.optim.items()
+                                                 if k != "name" and v is not None},
                                        "steps": marks, "lr": schedule},
             "model": model}
 
