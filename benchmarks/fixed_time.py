@@ -108,10 +108,10 @@ def window_sums(engine: Engine, dm: PoetryDataModule) -> tuple[np.ndarray, np.nd
     validation): (n_windows,) float64 each, in the data module's validation order."""
     dm.setup("validate")
     counts = torch.tensor(engine.tokenizer.char_counts, device=engine.device)  # (vocab_size,) characters per token
-    nats, chars = [], []
+    model, nats, chars = engine.model.eval(), [], []
     for x, y in dm.val_dataloader():  # (B, T) each
         x, y = x.to(engine.device), y.to(engine.device)
-        nats.append(engine.model.eval().nats(x, y).double().sum(1))  # (B,)
+        nats.append(model.nats(x, y).double().sum(1))  # (B,)
         chars.append(torch.where(y >= 0, counts[y.clamp(min=0)], 0).sum(1))  # (B,)
     return torch.cat(nats).cpu().numpy(), torch.cat(chars).cpu().numpy().astype(np.float64)
 
@@ -119,27 +119,25 @@ def window_sums(engine: Engine, dm: PoetryDataModule) -> tuple[np.ndarray, np.nd
 def compare(base: Path, others: list[Path], resamples: int = 1000) -> dict:
     """Each checkpoint in `others` against `base` on both protocols, window by window (the same
     windows: models of one block_size): {checkpoint: {protocol: {"val_bpc", "delta", "delta_interval_95"}}},
-    delta = its bpc − base's, the interval a paired percentile bootstrap over the windows (seed 0).
+    delta = its bpc − base's, the interval a paired percentile bootstrap over the windows (`bpc_interval`
+    of the per-window differences, seed 0).
     raises ValueError for models whose `poems` windows differ (another block_size)."""
     engines = {str(c): load_engine(c) for c in [base, *others]}
     sizes = {e.model.cfg.block_size for e in engines.values()}
     if len(sizes) > 1:
         raise ValueError(f"the checkpoints have block sizes {sorted(sizes)}: their poems windows differ; compare one size")
+    (size,) = sizes
     out = {}
     for protocol in PROTOCOLS:
-        block = sizes.pop() if protocol == "poems" else NANOGPT["block_size"]
-        sums = {}
-        for name, e in engines.items():
-            dm = datamodule(protocol, block, bool(e.tokenizer.plan), e.meta.conditions, e.meta.corpora)
-            sums[name] = window_sums(e, dm)
-        (n0, chars) = sums[str(base)]
-        draw = np.random.default_rng(0).integers(0, len(n0), (resamples, len(n0)))  # (resamples, windows)
-        for name, (n1, _) in sums.items():
-            delta = (n1 - n0)[draw].sum(1) / chars[draw].sum(1) / math.log(2)  # (resamples,)
+        block = size if protocol == "poems" else NANOGPT["block_size"]
+        sums = {name: window_sums(e, datamodule(protocol, block, bool(e.tokenizer.plan), e.meta.conditions,
+                                                e.meta.corpora)) for name, e in engines.items()}
+        n0, chars = sums[str(base)]
+        for name, (n1, _) in sums.items():  # Δ bpc is the bpc of the per-window differences: the same bootstrap
             out.setdefault(name, {})[protocol] = {
                 "val_bpc": round(float(n1.sum() / chars.sum() / math.log(2)), 4),
                 "delta": round(float((n1 - n0).sum() / chars.sum() / math.log(2)), 4),
-                "delta_interval_95": [round(float(q), 4) for q in np.percentile(delta, [2.5, 97.5])]}
+                "delta_interval_95": [round(q, 4) for q in bpc_interval(n1 - n0, chars, resamples)]}
     return out
 
 
