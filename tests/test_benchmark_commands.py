@@ -94,8 +94,8 @@ def test_fixed_time(command, tiny, tmp_path, monkeypatch):
     elif "--quick" in command:
         assert written.name == "fixed-time-quick-cpu.json" and set(r["runs"]) == {"default: wd0"}
     else:
-        assert list(r["runs"]) == ["default", *(f"nanoGPT configuration, {k}× the time" for k in (1, 2, 3))]
-        assert r["runs"]["default"]["steps"] == 4 and r["runs"]["nanoGPT configuration, 3× the time"]["iterations"] == 2
+        assert list(r["runs"]) == ["default", *(f"nanoGPT configuration, {k}× the time" for k in (1, 2, 3, 4))]
+        assert r["runs"]["default"]["steps"] == 4 and r["runs"]["nanoGPT configuration, 4× the time"]["iterations"] == 2
 
 
 def test_mfu(tmp_path, monkeypatch):
