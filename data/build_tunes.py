@@ -1,7 +1,8 @@
-"""Write the tune templates (`data/verse/tunes.json`, `data.verse.tunes.derive`) from the shipped 词
-corpus, and `docs/tunes.md`: every tune with its commonest template and how the corpus keeps
-them (the share of its 词 that match a template, and in those the rhyme and 平仄 positions
-kept). Run after rebuilding the corpus; a test checks both files.
+"""Write the tune templates (`data/verse/tunes.json`, `data.verse.tunes.derive`) and the tunes'
+other names (`data/verse/tune_aliases.json`, `derive_aliases`) from the shipped 词 corpus, and
+`docs/tunes.md`: every tune with its commonest template and how the corpus keeps them (the
+share of its 词 that match a template, and in those the rhyme and 平仄 positions kept). Run
+after rebuilding the corpus; tests check the three files.
 
     python -m data.build_tunes
 """
@@ -12,17 +13,20 @@ from pathlib import Path
 
 from data.corpus_io import load_corpus
 from data.verse.tunes import (
+    ALIASES_PATH,
     BIND_SHARE,
     EITHER,
     TUNES_PATH,
     Variant,
     bind_share,
     derive,
+    derive_aliases,
     rhyme_kept,
     tones_kept,
     tunes,
     variant_of,
     write,
+    write_aliases,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,8 +118,9 @@ def main() -> None:
     write(derive(poems))
     tunes.cache_clear()
     templates = tunes()
+    write_aliases(aliases := derive_aliases(poems, templates))
     DOC.write_text(page(templates, check(poems, templates), bindings(poems, templates)), encoding="utf-8")
-    print(f"wrote {len(templates)} tunes to {TUNES_PATH} and {DOC}")
+    print(f"wrote {len(templates)} tunes to {TUNES_PATH}, {len(aliases)} other names to {ALIASES_PATH} and {DOC}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from data.verse.script import corpus_to_script
 VAL_FRACTION = 0.05
 SPLIT_SEED = 1337
 SHIPPED_SUFFIX = ".xz"
+BOM = "\ufeff"
+"""The byte-order mark an editor may write at the start of a UTF-8 file (U+FEFF)."""
 """A corpus file ending so is one `data/build_corpus.py` wrote; any other is a user's (`read_user_corpus`)."""
 FIELDS = ("id", "title", "author", "form", "split", "text")
 """The shipped corpus's schema, one JSON object a poem."""
@@ -58,7 +60,8 @@ def read_user_corpus(path: str | Path) -> list[dict]:
     shipped schema (only `text` required; `title`, `author` default to ""; where a record has no
     `split`, `VAL_FRACTION` of those poems exactly, at least one, are held out: those whose
     `split_hash` of the `id`, or of the text, is lowest), or any other file as plain
-    text, one poem a line. Each text passes the shipped corpus's cleaning rules
+    text, one poem a line (CRLF line ends, blank lines and byte-order marks, as editors write them,
+    are fine: a mark U+FEFF is dropped wherever it stands). Each text passes the shipped corpus's cleaning rules
     (`data.verse.poetry.clean_poem`: notes and spaces dropped; a poem of other than CJK characters
     and line marks, or of fewer than two lines, is dropped) and gets its form (`form_of`).
 
@@ -70,7 +73,7 @@ def read_user_corpus(path: str | Path) -> list[dict]:
         raise FileNotFoundError(f"data.corpus_path={path}: no such file")
     jsonl = path.suffix == ".jsonl"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").replace(BOM, "").splitlines()  # CRLF and CR end lines too
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the corpus as UTF-8") from None
     poems, first_drop = [], None

@@ -12,7 +12,18 @@ from data.build_tunes import DOC, bindings, check, page
 from data.corpus_io import load_corpus
 from data.verse.ci import clean_ci, parse_shape, rhyme_classes, shape_of, tune_name
 from data.verse.rhyme import rhyme_table
-from data.verse.tunes import COVERAGE, EITHER, bind_share, derive, rhyme_kept, tones_kept, tunes, variant_of
+from data.verse.tunes import (
+    COVERAGE,
+    EITHER,
+    bind_share,
+    derive,
+    derive_aliases,
+    rhyme_kept,
+    tones_kept,
+    tune_aliases,
+    tunes,
+    variant_of,
+)
 
 HUANXISHA = "一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"
 
@@ -129,6 +140,12 @@ def test_the_templates_are_what_the_derivation_gives_for_those_tunes():
     ci = [p for p in corpus("ci") if p["tune"] in ("浣溪沙", "菩萨蛮", "如梦令", "西江月")]
     derived = derive(ci)
     assert {t: tuple(v) for t, v in derived.items()} == {t: tunes()[t] for t in derived}
+
+
+def test_the_tunes_other_names_are_what_the_corpus_headings_give():
+    aliases = derive_aliases(corpus("ci"), tunes())
+    assert aliases == tune_aliases() and aliases["浣溪纱"] == "浣溪沙" and aliases["金缕曲"] == "贺新郎"
+    assert not set(aliases) & set(tunes()) and set(aliases.values()) <= set(tunes())
 
 
 def test_the_tunes_page_is_generated_from_the_shipped_templates():

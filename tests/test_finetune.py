@@ -55,14 +55,19 @@ def finetune(train_cfg, base, *overrides):
     return train(cfg)
 
 
-@pytest.mark.parametrize("data", ["poets", "jsonl", "text"])
+@pytest.mark.parametrize("data", ["poets", "jsonl", "text", "windows-text"])
 def test_finetuning_keeps_the_base_vocabulary_plan_ids_and_order_and_records_its_start(tmp_path, train_cfg, base, data):
     corpus = tmp_path / f"mine.{'jsonl' if data == 'jsonl' else 'txt'}"
     texts = [t for t in POEMS for _ in range(10)]
     corpus.write_text("\n".join(json.dumps({"text": t, "title": "月"}, ensure_ascii=False) if data == "jsonl" else t
                                 for t in texts), encoding="utf-8")
+    if data == "windows-text":  # as a Windows editor saves it: a byte-order mark, CRLF, blank lines (issue 59)
+        corpus.write_bytes(("\ufeff" + "\r\n\r\n".join(texts) + "\r\n").encode("utf-8"))
+        plain = tmp_path / "plain.txt"
+        plain.write_text("\n".join(texts), encoding="utf-8")
+        assert read_user_corpus(corpus) == read_user_corpus(plain)
     option = "data.poets=['李白']" if data == "poets" else f"data.corpus_path={corpus}"
-    finetune(train_cfg, base, option, *(["model.n_layer=4", "model.block_size=64"] if data == "text" else []))
+    finetune(train_cfg, base, option, *(["model.n_layer=4", "model.block_size=64"] if "text" in data else []))
     tuned, saved = read_trained(tmp_path / "checkpoints" / "ft" / "last.ckpt"), read_trained(base)
     assert tuned["hyper_parameters"]["tokenizer"] == saved["hyper_parameters"]["tokenizer"]
     assert tuned["hyper_parameters"]["model"] == saved["hyper_parameters"]["model"]  # the base's shape, not the asked one

@@ -58,6 +58,7 @@ from data.verse.meter import tones as char_tones
 from data.verse.script import prompt_to_script
 
 TUNES_PATH = Path(__file__).with_name("tunes.json")
+ALIASES_PATH = Path(__file__).with_name("tune_aliases.json")
 MIN_TUNE = 100
 """A tune gets templates when the corpus holds at least this many of its 词 (both splits)."""
 COVERAGE = 0.9
@@ -321,15 +322,40 @@ def tones_kept(text: str, variant: Variant) -> tuple[int, int]:
 
 NEAR = 0.5
 """How alike (difflib's ratio: twice the characters in common over both lengths) a tune name must
-be to another to be named as the nearest: 浣溪纱 and 浣溪沙 0.67, 浣溪纱 and 蓦山溪 0.33."""
+be to another to be named as the nearest: 浣溪 and 浣溪沙 0.8, 浣纱 and 蓦山溪 0.0."""
+
+
+def derive_aliases(poems: Iterable[dict], known: Iterable[str]) -> dict[str, str]:
+    """The other names of the tunes `known`, from the corpus's headings `A・B` (a 词 published as A
+    and sung to the tune B: 浣溪纱・浣溪沙, 酹江月・念奴娇): A → the known B most of A's 词 go to (ties: the
+    first in name order), for every A that is not itself a known tune; sorted by A."""
+    known, tally = set(known), defaultdict(Counter)
+    for p in poems:
+        other, *_ = p.get("heading", "").split("・")
+        if p.get("tune") in known and "・" in p.get("heading", "") and other.strip() not in known:
+            tally[other.strip()][p["tune"]] += 1
+    return {a: min(c, key=lambda t: (-c[t], t)) for a, c in sorted(tally.items())}
+
+
+def write_aliases(aliases: dict[str, str], path: Path = ALIASES_PATH) -> None:
+    """Write `derive_aliases`'s names as JSON, one a line."""
+    path.write_text(json.dumps(aliases, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def tune_aliases(path: Path = ALIASES_PATH) -> dict[str, str]:
+    """The shipped other names of the tunes (`derive_aliases`): name → tune."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def find_tune(name: str) -> str:
-    """A user's tune name (either script; `A・B` gives B, as the corpus's headings) → the name
-    of its templates. raises ValueError for an unknown tune, with the nearest names (up to 3
+    """A user's tune name (either script; `A・B` gives B, as the corpus's headings; another name
+    the corpus publishes a tune's 词 under, `tune_aliases`: 浣溪紗 and 浣溪纱 give 浣溪沙) → the
+    name of its templates. raises ValueError for an unknown tune, with the nearest names (up to 3
     with a ratio of at least NEAR, the nearest first)."""
     known = tunes()
     simplified = prompt_to_script(tune_name(name) or name.strip(), "simplified")
+    simplified = tune_aliases().get(simplified, simplified) if simplified not in known else simplified
     if simplified in known:
         return simplified
     near = get_close_matches(simplified, known, n=3, cutoff=NEAR)
