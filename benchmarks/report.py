@@ -108,11 +108,18 @@ def machine_line(name: str, machine: str | None) -> str:
 def fixed_time_rows(runs: dict) -> list[list[str]]:
     return [["default, `python train.py`" if name == "default" else name, n(r.get("steps", r.get("iterations"))),
              n(r.get("wall_seconds", r.get("train_seconds")), 1), n(r["tokens_per_sec"]),
-             *(n(r[p][k], 3) for p in ("poems", "blocks") for k in ("val_loss", "val_bpc"))] for name, r in runs.items()]
+             *(cell for p in ("poems", "blocks") for cell in (n(r[p]["val_loss"], 3), bpc_cell(r[p])))]
+            for name, r in runs.items()]
 
 
-FIXED_TIME_HEADER = ["run", "steps", "wall-clock s", "tokens/s", "`poems` val/loss", "`poems` val/bpc",
-                     "`blocks` val/loss", "`blocks` val/bpc"]
+def bpc_cell(score: dict) -> str:
+    """A score's `val_bpc` and, where recorded, its 95 % interval over the held-out windows."""
+    low_high = score.get("bpc_interval_95")
+    return n(score["val_bpc"], 3) + (f" ({n(low_high[0], 3)}–{n(low_high[1], 3)})" if low_high else "")
+
+
+FIXED_TIME_HEADER = ["run", "steps", "wall-clock s", "tokens/s", "`poems` val/loss", "`poems` val/bpc (95 %)",
+                     "`blocks` val/loss", "`blocks` val/bpc (95 %)"]
 
 
 def block(res: dict, name: str, header: list[str], rows: list[list[str]], *text: str) -> str:

@@ -37,7 +37,9 @@ def test_a_changed_figure_makes_the_check_fail(results, capsys):
     assert "docs/results.md, README.md" in capsys.readouterr().err
     page = report.expected(results)[report.PAGES["results"]]
     d = json.loads((results / "fixed-time-cpu.json").read_text())["runs"]["default"]
-    row = f"| {d['steps']:,} | {d['wall_seconds']} | {d['tokens_per_sec']:,} | {d['poems']['val_loss']:.3f} | 7.432 |"
+    low, high = d["poems"]["bpc_interval_95"]
+    row = (f"| {d['steps']:,} | {d['wall_seconds']} | {d['tokens_per_sec']:,} | {d['poems']['val_loss']:.3f} | "
+           f"7.432 ({low:.3f}–{high:.3f}) |")
     assert "`val/bpc` **7.43**" in page and row in page
 
 
