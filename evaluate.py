@@ -24,6 +24,7 @@ import hydra
 import rootutils
 from omegaconf import DictConfig, OmegaConf
 
+from data.verse.ci import CI
 from model.ablation import ablated_suffix
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.decoding import check_sampling_args
@@ -88,7 +89,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if ci_requests:
         start = time.perf_counter()
         ci_poems, ci_rows = ci_sets(engine, opts, ci_requests, cfg.reference)
-        seconds["ci"] = time.perf_counter() - start
+        seconds[CI] = time.perf_counter() - start
     val = {}
     if cfg.val_bpc:
         start = time.perf_counter()

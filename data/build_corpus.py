@@ -42,13 +42,13 @@ from typing import Iterator
 if __package__ in (None, ""):  # run as a script: make `data` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data.corpus_io import load_corpus, split_of  # noqa: F401  (split_of: the rule, re-exported)
-from data.verse.ci import clean_ci, shape_of, tune_name
+from data.verse.ci import CI, clean_ci, shape_of, tune_name
 from data.verse.poetry import clean_poem, form_of
 from data.verse.script import corpus_to_script
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 FIRST_SUPPLEMENT_FILE = 50000  # poet.tang.50000.json and later: supplements, mostly notes
-DYNASTIES = ("tang", "song", "ci")
+DYNASTIES = ("tang", "song", CI)
 _DIR = r"(?:^|/)(?:quantangshi|全唐诗)/"  # npm package / repository checkout
 
 
@@ -175,7 +175,7 @@ def build_ci(source: Path, shi: list[dict]) -> tuple[list[dict], dict]:
         poem_id = ci_id(record)
         tune = tune_name(record.get("rhythmic", ""))
         poems.append({"id": poem_id, "title": tune or "", "heading": record.get("rhythmic", ""),
-                      "author": record.get("author", ""), "form": "ci", "tune": tune, "shape": shape_of(text),
+                      "author": record.get("author", ""), "form": CI, "tune": tune, "shape": shape_of(text),
                       "split": split_of(poem_id), "text": text})
     poems = drop_leaks(poems, shi, dropped, other="shi-duplicate")
     tunes = Counter(p["tune"] for p in poems if p["tune"])
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--song", type=Path, default=CORPUS_DIR / "song.jsonl.xz",
                         help="for --dynasty ci: the Song corpus its 词 must not repeat")
     args = parser.parse_args(argv)
-    if args.dynasty == "ci":
+    if args.dynasty == CI:
         poems, stats = build_ci(args.source, load_corpus(args.tang) + load_corpus(args.song))
     else:
         poems, stats = build(args.source, args.dynasty, load_corpus(args.tang) if args.dynasty == "song" else None)

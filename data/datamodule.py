@@ -40,6 +40,7 @@ from data.anneal import AnnealSampler, annealing_windows
 from data.conditions import check_shares, draw_conditions, fitted, poets, segment_positions
 from data.corpus_io import load_corpus
 from data.tokenizer import CharTokenizer, TiktokenTokenizer, Tokenizer, load_encoding, load_tokenizer
+from data.verse.ci import CI
 from data.verse.plan import clean_title, plan_ids, plan_labels, poem_ids
 from data.verse.script import SCRIPTS, corpus_to_script
 from data.windows import VAL_WINDOWS, PoemWindows, Windows, train_starts
@@ -78,8 +79,9 @@ class PoetryDataModule(L.LightningDataModule):
     `trainer.max_steps` (budget mode) has none, and says so.
     conditions: {title, poet, keywords: share of the training poems given it} (`data/conditions.py`;
     None or all 0: none); needs plan_tokens. Segment targets are never scored (`PlanIds.segment_mask`).
-    poets: train and validate on these poets' poems only (either script; the corpora's `author`),
-    their training poems and their held-out ones (fine-tuning a voice, docs/finetuning.md).
+    poets: train and validate on these poets' poems only (either script; the `author` of every
+    corpus read), their training poems and their held-out ones from every training corpus (the
+    validation split `val`; fine-tuning a voice, docs/finetuning.md).
     base_tokenizer: a trained model's vocabulary, kept instead of building one (fine-tuning):
     `prepare_data` refuses poems with characters outside it.
     raises ValueError for an unknown script, tokenizer kind, val_windows or condition, a share
@@ -215,7 +217,8 @@ class PoetryDataModule(L.LightningDataModule):
         if (self.cache_dir / "meta.json").is_file():
             return
         corpora, texts, names, tok = self._read()
-        arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(self.corpus_path, "val")],
+        val = self.train_paths if self.poets else [self.corpus_path]  # a poet's held-out poems in any corpus read
+        arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(path, "val") for path in val],
                   **({"val_titled": [(self.corpus_path, "val")]} if self.conditions else {}),
                   **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}
         listed = poets([a for path in self.train_paths for p, a in zip(corpora[path], names["author"][path])
@@ -386,4 +389,8 @@ def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script
             raise ValueError(f"data.poets: {given} has no training poem in the corpus; nearest authors: {', '.join(near)}")
         if not counts[(name, "val")]:
             raise ValueError(f"data.poets: {given} has no held-out poem to validate on (the corpus's val split)")
-    return {path: [p for a, p in zip(authors[path], poems) if a in wanted] for path, poems in corpora.items()}
+    found = {path: [p for a, p in zip(authors[path], poems) if a in wanted] for path, poems in corpora.items()}
+    ci = sum(p.get("form") == CI for poems in found.values() for p in poems)
+    log.info(f"data.poets={list(poets)}: {sum(map(len, found.values())) - ci:,} 诗 and {ci:,} 词 "
+             f"(training and held-out) in {', '.join(path.name for path in found)}")
+    return found

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import Tokenizer, UnknownCharactersError, check_code_points
+from data.verse.ci import CI
 from data.verse.plan import plan_ids, poem_ids, tune_variant
 from data.verse.script import prompt_to_script, variants
 from data.verse.tunes import find_tune
@@ -118,7 +119,7 @@ class Engine:
         if tune and ids is not None and ids.tunes and tune_variant(text, tune, complete=eos) is None:
             raise ValueError(f"{option} {text!r} is not {'' if eos else 'the start of '}a 词 to {tune}: its lines fit "
                              f"none of {tune}'s templates with a token (docs/tunes.md)")
-        return poem_ids(self.tokenizer, text, self.script, "ci" if tune else None, eos=eos, tune=tune)
+        return poem_ids(self.tokenizer, text, self.script, CI if tune else None, eos=eos, tune=tune)
 
     def encode_line(self, text: str, option: str = "text", tune: str = "") -> tuple[torch.Tensor, list[str]]:
         """A line or poem as the model reads the start of a poem (`poem_ids` without `<eos>`; `tune`:

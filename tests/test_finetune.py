@@ -3,6 +3,7 @@ the base's vocabulary, plan ids and order kept, what the checkpoint records, a u
 refused in one line with nothing written, run names that say what a run read, and torchrun without
 `trainer=ddp`."""
 import json
+import logging
 import lzma
 
 import pytest
@@ -11,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from data.corpus_io import read_user_corpus
+from data.verse.ci import CI, shape_of
 from data.verse.plan import plan_ids
 from data.verse.poetry import form_of
 from model.loading import load_engine, read_trained
@@ -127,6 +129,41 @@ def test_a_poet_the_corpus_lacks_and_a_missing_base_are_refused(tmp_path, train_
     with pytest.raises(ValueError, match="experiment=finetune needs init_from="):
         train(train_cfg("experiment=finetune", "logger=none"))
     assert not (tmp_path / "checkpoints" / "ft").exists()
+
+
+HUANXISHA = "一曲新词酒一杯。去年天气旧亭台。夕阳西下几时回。无可奈何花落去，似曾相识燕归来。小园香径独徘徊。"
+
+
+def ci_corpus(path):
+    """A 全宋词 of 40 浣溪沙 (in its schema), 20 under 苏轼's name and 20 under 晏殊's, every fifth held out."""
+    with lzma.open(path, "wt", encoding="utf-8") as f:
+        for c in range(20):
+            for author in ("苏轼", "晏殊"):
+                f.write(json.dumps({"id": f"ci-{c}-{author}", "title": "浣溪沙", "heading": "浣溪沙", "author": author,
+                                    "form": CI, "tune": "浣溪沙", "shape": shape_of(HUANXISHA),
+                                    "split": "val" if c % 5 == 0 else "train", "text": HUANXISHA},
+                                   ensure_ascii=False) + "\n")
+    return path
+
+
+def test_a_ci_model_finetunes_on_a_ci_poet_of_the_song_ci_and_writes_his_tune(tmp_path, train_cfg, caplog):
+    """Issue 59: `experiment=ci` + `data.poets=[苏轼]` was refused (the poets were read in the Tang poems only)."""
+    from train import train
+
+    tang, ci = authored_corpus(tmp_path / "corpus" / "tang.jsonl.xz"), ci_corpus(tmp_path / "corpus" / "ci.jsonl.xz")
+    train(train_cfg("experiment=ci", f"data.train_corpora=[{tang},{ci}]", f"data.also_validate.ci={ci}",
+                    "model.block_size=64", "trainer.max_steps=6", "trainer.val_check_interval=3", "logger=none",
+                    "data.anneal_fraction=0.0", "model.head_cutoffs=[20,40]"))
+    base = tmp_path / "checkpoints" / "test" / "last.ckpt"
+    with caplog.at_level(logging.INFO):
+        finetune(train_cfg, base, "data.poets=['蘇軾']")  # either script
+    assert "data.poets=['蘇軾']: 0 诗 and 20 词 (training and held-out) in tang.jsonl.xz, ci.jsonl.xz" in caplog.text
+    tuned = read_trained(tmp_path / "checkpoints" / "ft" / "last.ckpt")
+    assert tuned["finetuned"]["train_poems"] == 16 and tuned["finetuned"]["val_poems"] == 4
+    assert tuned["corpora"]["train"] == ["tang.jsonl.xz", "ci.jsonl.xz"]
+    engine = load_engine(tmp_path / "checkpoints" / "ft", tmp_path / "checkpoints")
+    poems = sample_poems(engine, SamplingOptions(num_samples=2, tune="浣溪沙", max_new_tokens=60))
+    assert [shape_of(p) for p in poems] == [shape_of(HUANXISHA)] * 2
 
 
 def test_the_run_name_says_what_it_read():

@@ -28,6 +28,8 @@ from data.verse.rhyme import is_level_tone, readings
 
 CI_LINE_END = "，。、？！；"
 """A 词's line ends at one of these marks."""
+CI = "ci"
+"""The form label of a 词 (a corpus record's `form`, `tune=`'s form, its evaluation set)."""
 LOST_TUNE = "失调名"
 """The source's name for a 词 whose tune is lost: it has no tune."""
 LEVEL, OBLIQUE = "平", "仄"

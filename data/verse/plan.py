@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Protocol, Sequence
 
-from data.verse.ci import closed_lines, rhyme_classes, shape_of
+from data.verse.ci import CI, closed_lines, rhyme_classes, shape_of
 from data.verse.meter import poem_lines, shared_rhyme_groups
 from data.verse.poetry import form_of, is_hanzi
 from data.verse.rhyme import level_tone_table
@@ -158,9 +158,9 @@ def poem_plan(text: str, form: str, script: str, tune: str = "", complete: bool 
     first (`ci_rhyme`), or is `<无韵>`.
     `poem_plan("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。", "wujue", "simplified")` =
     (`<五绝>`, `<下平聲十一尤>`). raises ValueError for an unknown form or script."""
-    if form not in FORM_LABELS and form != "ci":
+    if form not in FORM_LABELS and form != CI:
         raise ValueError(f"unknown form {form!r}; one of {', '.join(FORM_LABELS)}, ci")
-    variant = tune_variant(text, tune, complete) if form == "ci" and tune in tune_table() else None
+    variant = tune_variant(text, tune, complete) if form == CI and tune in tune_table() else None
     if variant is not None:
         cls = ci_rhyme(text, tune, variant)
         return tune_label(tune, variant), NO_RHYME if cls is None else ci_rhyme_label(cls)
@@ -287,7 +287,7 @@ class PlanIds:
         there is none, or `<无韵>`), and for a model with tune tokens "tune": the tune its token
         names (form `ci`) or None, and "template": that token's template, 1 for the tune's
         commonest (`<水调歌头·2>`: 2), or None."""
-        first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: ("ci", t) for i, t in self.tune_of.items()}}
+        first_of_id = {**{i: (f, None) for f, i in self.forms.items()}, **{i: (CI, t) for i, t in self.tune_of.items()}}
         group_of_id = {**{i: g for g, i in self.rhymes.items()},
                        **{i: ci_rhyme_label(c)[1:-1] for c, i in self.ci_rhymes.items()}}
         ids = [int(i) for i in ids]

@@ -24,13 +24,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 
-from data.verse.ci import parse_shape
+from data.verse.ci import CI, parse_shape
 from data.verse.meter import LEVEL, patterns
 from data.verse.poetry import VERSE_FORMS
 from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, draw_tunes, find_tune, tunes
 
-CI = "ci"
-"""The form of a 词 (`tune=`)."""
 SHI_BOOK, CI_BOOK = "平水韵", "词林正韵"
 """The rhyme books: a 诗 rhymes in a level-tone group of 平水韵, a 词 in a class (部, tone) of 词林正韵."""
 FREE_LENGTHS = (5, 7)

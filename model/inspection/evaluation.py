@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 from data.corpus_io import heldout_poems, heldout_titles
 from data.keywords import poem_keywords
 from data.tokenizer import CharTokenizer
+from data.verse.ci import CI
 from data.verse.meter import has_patterns
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, VERSE_FORMS
@@ -33,7 +34,7 @@ from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_me
 from model.sampling.conditions import known_poets
 from model.sampling.poems import SamplingOptions, check_keywords, decide, poem_text, read_plans, sample_ids
 
-SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", "ci")
+SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", CI)
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
 (each with the sampler's default control), and with rhyme as plan tokens only (`soft`);
 `keywords`: free and per form alone, with rhyme, meter and an acrostic, each with forced keywords;
@@ -94,17 +95,17 @@ def sample_requests(kinds: Iterable[str], forms: Iterable[str], char_model: bool
     if "conditions" in kinds and conditions_model:
         requests.update(title={"title": HELD_OUT, "title_plan": False}, poet={"poet": EVERY_POET},
                         hints={"keywords": HELD_OUT, "keywords_forced": False})
-    if "ci" in kinds and char_model:
-        requests["ci"] = {"form": "ci"}
+    if CI in kinds and char_model:
+        requests[CI] = {"form": CI}
         for tune in CI_TUNES:
             requests.update({tune: {"tune": tune}, f"{tune}+rhyme": {"tune": tune, "rhyme": True},
                              f"{tune}+meter": {"tune": tune, "rhyme": True, "meter": True}})
-        requests.update({"ci+keywords": {"form": "ci", "keywords": HELD_OUT},
-                         "ci+meter+keywords": {"form": "ci", "rhyme": True, "meter": True, "keywords": HELD_OUT}})
-    if "ci" in kinds and tunes_model:  # no masks: the tune's plan token
-        requests["ci+soft"] = {"form": "ci", "control": "soft"}
+        requests.update({f"{CI}+keywords": {"form": CI, "keywords": HELD_OUT},
+                         f"{CI}+meter+keywords": {"form": CI, "rhyme": True, "meter": True, "keywords": HELD_OUT}})
+    if CI in kinds and tunes_model:  # no masks: the tune's plan token
+        requests[f"{CI}+soft"] = {"form": CI, "control": "soft"}
         requests.update({f"{tune}+soft": {"tune": tune, "control": "soft"} for tune in CI_TUNES})
-    elif "ci" in kinds and conditions_model:  # no masks: the tune named as the title
+    elif CI in kinds and conditions_model:  # no masks: the tune named as the title
         requests.update({f"{tune}+title": {"title": tune, "title_plan": False, MEASURED_AS: tune} for tune in CI_TUNES})
     return requests
 
@@ -115,7 +116,7 @@ MEASURED_AS = "measured_as"
 
 def is_ci(fields: dict) -> bool:
     """Whether a request asks for 词 (measured by `ci_sets`, not `evaluation_rows`)."""
-    return fields.get("form") == "ci" or bool(fields.get("tune")) or MEASURED_AS in fields
+    return fields.get("form") == CI or bool(fields.get("tune")) or MEASURED_AS in fields
 
 
 def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_reference: int

@@ -68,13 +68,17 @@ def follow_base(cfg: DictConfig, base: Base, say=log.info) -> None:
     """Set, in place, what the run must share with its base: every GPTConfig field of conf/model
     (n_layer, n_embd, block_size, ...; not `dropout` and the attention backend, free as on resume),
     `data.script`, `data.plan_tokens` and `data.conditions`' shares (none for a base without
-    condition markers). Said (`say`, the log) where it changes a value."""
+    condition markers); with `data.poets`, the corpora the base read (`data.train_corpora`, in the
+    folder of `data.corpus_path`: a 词 base's poets are found in the 全宋词 too) and no other
+    validation set than the poets' own. Said (`say`, the log) where it changes a value."""
     hp = base.ckpt["hyper_parameters"]
     ids = plan_ids(base.tokenizer)
+    corpora = base.meta.corpora.options(Path(cfg.data.corpus_path).parent) if cfg.data.get("poets") else {}
     wanted = {**{f"model.{k}": v for k, v in config_fields(hp["model"]).items()
                  if k in cfg.model and k not in FREE_ON_RESUME},
               "data.script": hp.get("script", "simplified"), "data.plan_tokens": ids is not None,
-              "data.conditions": (dict(base.meta.conditions) or None) if ids and ids.segments else None}
+              "data.conditions": (dict(base.meta.conditions) or None) if ids and ids.segments else None,
+              **({"data.train_corpora": corpora["train_corpora"], "data.also_validate": None} if corpora else {})}
     with open_dict(cfg):
         for key, value in wanted.items():
             group, name = key.split(".")
