@@ -150,24 +150,41 @@ def attention_report(cfg: DictConfig) -> dict:
         "heldout": {"poems": len(poems), **measure(cfg, learned[1:], init[1:], heldout_tokens)} if poems else None,
     }
     if cfg.head_effects.enabled and not engine.ablated:  # what each head is for, by switching it off
-        every = heldout_poems(cfg.heldout.corpus_path, engine.script, cfg.head_effects.n_poems or 10 ** 9, None,
-                              block_size - 2 - plan)
-        report["head_effects"] = None
-        if every:
-            progress(f"each head switched off on {len(every)} held-out poems, then the rhyme study's free poems "
-                     f"({cfg.head_effects.free.num_samples} a set and seed): the longest part, minutes on a CPU")
-            start, he = time.perf_counter(), cfg.head_effects
-            scorer = HeadScorer(engine, every)
-            report["head_effects"] = {"poems": len(every), **head_effects(engine, every, scorer=scorer)}
-            report["head_effects"]["seconds"] = time.perf_counter() - start
-            if report["heldout"]:
-                report["head_effects"]["rhyme"] = rhyme_study(
-                    engine, scorer, report["heldout"]["heads"], he.control.seeds, he.control.per_seed, he.free.seeds,
-                    he.free.num_samples, cfg.heldout.corpus_path)
+        report["head_effects"] = head_effects_report(cfg, engine, report["heldout"], block_size - 2 - plan)
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "attention_maps" / (
         ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     out_dir.mkdir(parents=True, exist_ok=True)
-    n_layer, n_head, T, _ = learned[0].shape
+    draw(cfg, report, learned[0], init[0], tokens, out_dir, ckpt.parent.name)
+    report["json"] = str(out_dir / "attention_maps.json")
+    Path(report["json"]).write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    return report
+
+
+def head_effects_report(cfg: DictConfig, engine, heldout: dict | None, max_len: int) -> dict | None:
+    """Each head switched off on the held-out poems of at most `max_len` characters (`head_effects`),
+    then the rhyme study's free poems (`rhyme_study`, with the held-out poems' verdicts `heldout`);
+    None where no held-out poem fits."""
+    he = cfg.head_effects
+    every = heldout_poems(cfg.heldout.corpus_path, engine.script, he.n_poems or 10 ** 9, None, max_len)
+    if not every:
+        return None
+    progress(f"each head switched off on {len(every)} held-out poems, then the rhyme study's free poems "
+             f"({he.free.num_samples} a set and seed): the longest part, minutes on a CPU")
+    start, scorer = time.perf_counter(), HeadScorer(engine, every)
+    effects = {"poems": len(every), **head_effects(engine, every, scorer=scorer)}
+    effects["seconds"] = time.perf_counter() - start
+    if heldout:
+        effects["rhyme"] = rhyme_study(engine, scorer, heldout["heads"], he.control.seeds, he.control.per_seed,
+                                       he.free.seeds, he.free.num_samples, cfg.heldout.corpus_path)
+    return effects
+
+
+def draw(cfg: DictConfig, report: dict, learned: torch.Tensor, init: torch.Tensor, tokens: list[str], out_dir: Path,
+         run: str) -> None:
+    """The probe line's figures, `layer<L>.png` (trained, at initialisation, the lessons' two random
+    maps; learned, init: (n_layer, n_head, T, T)) and the page `attention_view.html`, into `out_dir`;
+    their paths into `report` ("figures", "html")."""
+    n_layer, n_head, T, _ = learned.shape
     b = cfg.baselines
     random_maps = torch.stack([random_qk_maps(T, n_head, b.d, b.seed),
                                random_head_maps(T, n_head, b.d_model, b.d_head, b.seed)])
@@ -175,23 +192,20 @@ def attention_report(cfg: DictConfig) -> dict:
                   "lesson §5\nrandom x, W_q, W_k"]
     report["figures"] = []
     for layer in range(n_layer):
-        grid = torch.cat([learned[0][layer : layer + 1], init[0][layer : layer + 1], random_maps])  # (4, n_head, T, T)
-        fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {ckpt.parent.name}", row_titles=row_titles,
+        grid = torch.cat([learned[layer : layer + 1], init[layer : layer + 1], random_maps])  # (4, n_head, T, T)
+        fig = attention_grid(grid.numpy(), tokens, title=f"layer {layer} of {run}", row_titles=row_titles,
                              col_titles=[f"head {h} / map {h}" for h in range(n_head)])
         fig.savefig(out_dir / f"layer{layer}.png", dpi=100)
         report["figures"].append(str(out_dir / f"layer{layer}.png"))
     kinds = [t.replace("\n", " ") for t in row_titles]  # the same maps on one page, the same labels
     verdicts = {"probe line": report["probe"]["heads"]}
     if report["heldout"]:
-        verdicts[f"{len(poems)} held-out poems"] = report["heldout"]["heads"]
-    view = ProbeView(tokens, dict(zip(kinds, [learned[0].numpy(), init[0].numpy(), *random_maps.numpy()])), verdicts)
+        verdicts[f"{report['heldout']['poems']} held-out poems"] = report["heldout"]["heads"]
+    view = ProbeView(tokens, dict(zip(kinds, [learned.numpy(), init.numpy(), *random_maps.numpy()])), verdicts)
     report["html"] = str(out_dir / "attention_view.html")
-    Path(report["html"]).write_text(attention_view_html([view], f"{ckpt.parent.name} · {report['text']}",
+    Path(report["html"]).write_text(attention_view_html([view], f"{run} · {report['text']}",
                                                         effects=card_effects(report.get("head_effects"))),
                                     encoding="utf-8")
-    report["json"] = str(out_dir / "attention_maps.json")
-    Path(report["json"]).write_text(json.dumps(report, ensure_ascii=False, indent=1))
-    return report
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="attention_maps")

@@ -26,12 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import LINE_END
-from data.verse.templates import CI
 from data.verse.tunes import stanza_ends, stanzas, tunes
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
 from model.loading import load_engine
 from model.sampling.conditions import known_poets
-from model.sampling.poems import SamplingOptions, poem_steps, poem_text, read_plans
+from model.sampling.poems import Decision, SamplingOptions, poem_steps, poem_text, read_plans
 from model.sampling.title_plan import unplanned
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
@@ -63,63 +62,77 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, corpus)
-    tok = engine.tokenizer
     if cfg.poets == "list":
         return list_poets(engine, out)
     start, steps = poem_steps(engine, opts)
-    decided = steps.decision  # what the options ask for, as the sampler reads them
-    if note := unplanned(opts, decided.title_plan_words):
+    if note := unplanned(opts, steps.decision.title_plan_words):
         print(note, file=sys.stderr)
-    ci_tunes = decided.tunes  # each 词's tune ([] for 诗)
-    live = cfg.format == "text" and opts.num_samples == 1
-    stream = StreamDecoder(tok)  # never prints part of a character (a BPE token may hold part of one)
-    ids = plan_ids(tok)
-    written = ""  # live: the text printed so far
-
-    def show(ids_: list[int]) -> None:  # live: print a chunk, a 词's stanza break after its 上阕
-        nonlocal written
-        text = stream.feed(ids_)
-        written += text
-        shown = break_couplets(text)
-        if text and ci_tunes and stanza_ends(written, ci_tunes[0]):
-            shown += "\n" if shown.endswith("\n") else "\n\n"
-        print(shown, end="", file=out, flush=True)
-
+    live = LivePoem(engine.tokenizer, steps.decision.tunes, out) if cfg.format == "text" and opts.num_samples == 1 \
+        else None
     if live:
-        if ci_tunes:
-            print(ci_tunes[0], file=out, flush=True)  # a 词's heading: its tune
-        show(ids.body(start[0].tolist()) if ids else start[0].tolist())  # not the condition segment
+        live.begin(start)
     tokens = [start]
     for step in steps:
-        nxt = step if isinstance(step, torch.Tensor) else step.ids  # a prompt after a drawn plan, or a drawn token
-        tokens.append(nxt)
+        tokens.append(step if isinstance(step, torch.Tensor) else step.ids)  # a prompt after a drawn plan, or a token
         if live:
-            show(nxt[0].tolist())
+            live.show(tokens[-1][0].tolist())
     rows = torch.cat(tokens, dim=1)  # (B, T)
-    poems = [poem_text(tok, row) for row in rows]
-    plans = read_plans(tok, rows)
+    poems = [poem_text(engine.tokenizer, row) for row in rows]
+    if cfg.format == "jsonl":
+        write_jsonl(cfg, engine, steps.decision, rows, poems, out)
+    elif live:
+        live.end(poems[0])
+    else:
+        for poem, tune in zip(poems, steps.decision.tunes or [None] * len(poems)):
+            parts = stanzas(poem, tune) if tune else [poem]  # a 词: a blank line between 上阕 and 下阕
+            print((f"{tune}\n" if tune else "") + "\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
+    return poems
+
+
+class LivePoem:
+    """A single poem printed as it is drawn: a couplet a line, a 词 under its tune with a blank line
+    after its 上阕; never part of a character (`StreamDecoder`)."""
+
+    def __init__(self, tok, tunes_: tuple[str, ...], out):
+        self.tok, self.tune, self.out = tok, next(iter(tunes_), None), out
+        self.stream, self.written = StreamDecoder(tok), ""
+
+    def begin(self, start: torch.Tensor) -> None:
+        """The heading (a 词's tune) and the given text of `start` (B, T0), not the condition segment."""
+        if self.tune:
+            print(self.tune, file=self.out, flush=True)
+        ids = plan_ids(self.tok)
+        self.show(ids.body(start[0].tolist()) if ids else start[0].tolist())
+
+    def show(self, ids_: list[int]) -> None:
+        text = self.stream.feed(ids_)
+        self.written += text
+        shown = break_couplets(text)
+        if text and self.tune and stanza_ends(self.written, self.tune):
+            shown += "\n" if shown.endswith("\n") else "\n\n"
+        print(shown, end="", file=self.out, flush=True)
+
+    def end(self, poem: str) -> None:
+        print(self.stream.flush() + ("" if poem.endswith(tuple(LINE_END[1:])) else "\n"), file=self.out)
+
+
+def write_jsonl(cfg: DictConfig, engine, decided: Decision, rows: torch.Tensor, poems: list[str], out) -> None:
+    """One JSON line a poem: the poem, its plan and conditions (a plan model), the settings in force
+    (`decided`: form, control, keywords_forced), its tune (a 词), its keywords, and the title's plan."""
+    tok, ids, plans = engine.tokenizer, plan_ids(engine.tokenizer), read_plans(engine.tokenizer, rows)
     chosen = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
               for k in (*OPTIONS, "backend", "ablate", "ablate_mode")}
-    chosen |= {"form": CI if ci_tunes else cfg.form, "control": decided.control,
+    chosen |= {"form": decided.form, "control": decided.control,
                "keywords_forced": decided.keywords_forced}  # in force (title_plan=hints: the plan's words as hints)
-    keywords = decided.keywords  # cleaned, in the model's script: one tuple for every poem, or one each
     settings = {"ckpt_path": str(engine.path), **chosen, "device": str(engine.device)}
+    keywords = decided.keywords  # cleaned, in the model's script: one tuple for every poem, or one each
     for i, poem in enumerate(poems):
-        if cfg.format == "jsonl":
-            plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
-            tune = {"tune": ci_tunes[i]} if ci_tunes else {}
-            kept = {"keywords": list(keywords[i % len(keywords)])}
-            if decided.title_plan_words is not None:  # the title's plan: the words it chose, forced or as hints
-                kept["title_plan_words"] = kept["keywords"]
-            print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune, **kept}, ensure_ascii=False),
-                  file=out)
-        elif not live:
-            parts = stanzas(poem, ci_tunes[i]) if ci_tunes else [poem]  # a 词: a blank line between 上阕 and 下阕
-            heading = f"{ci_tunes[i]}\n" if ci_tunes else ""  # and its tune above it
-            print(heading + "\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
-    if live:
-        print(stream.flush() + ("" if poems[0].endswith(tuple(LINE_END[1:])) else "\n"), file=out)
-    return poems
+        plan = {} if plans is None else {"plan": plans[i], "conditions": ids.read_segment(tok, rows[i].tolist())}
+        tune = {"tune": decided.tunes[i]} if decided.tunes else {}
+        kept = {"keywords": list(keywords[i % len(keywords)])}
+        if decided.title_plan_words is not None:  # the title's plan: the words it chose, forced or as hints
+            kept["title_plan_words"] = kept["keywords"]
+        print(json.dumps({"poem": poem, "index": i, **plan, **settings, **tune, **kept}, ensure_ascii=False), file=out)
 
 
 def list_poets(engine, out) -> list[str]:

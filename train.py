@@ -26,15 +26,14 @@ from omegaconf import DictConfig, OmegaConf
 from data.datamodule import PoetryDataModule
 from model.checkpoint_meta import CheckpointMeta, Corpora, FineTuned
 from model.cli import exit_on_user_error, quote_non_ascii_overrides
-from model.loading import find_checkpoint, head_for_vocabulary, load_weights
+from model.loading import head_for_vocabulary, load_weights
 from model.training.checkpoints import (
     AtomicCheckpointIO,
     check_same_shape,
     check_same_vocabulary,
     check_same_workers,
-    load_checkpoint,
 )
-from model.training.finetune import NEEDS_BASE, Base, check_resume, finetune_record, follow_base, is_finetuning
+from model.training.finetune import Base, finetune_record, follow_base
 from model.training.interruption import StepSeed, StopOnSignal, TrainingInterrupted, collective_failure
 from model.training.lit import LitGPT, model_settings
 from model.training.progress import StepProgressBar
@@ -44,15 +43,15 @@ from model.training.runtime import (
     check_attention_backend,
     check_new_run_folder,
     compile_or_eager,
-    ddp_strategy,
     die_with_launcher,
-    end_process_group,
     instantiate_loggers,
     launch_id,
+    process_group,
     resolve_precision,
     run_name_for_all_ranks,
     val_check_in_batches,
 )
+from model.training.start import FINETUNE, RESUME_FINETUNE, Start, resolve_start, say_start
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
@@ -71,34 +70,35 @@ def train(cfg: DictConfig) -> dict[str, float]:
     130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
     L.seed_everything(cfg.seed, workers=True)
-    ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.ckpt_path else None
-    saved = load_checkpoint(ckpt_path) if ckpt_path else {}
-    resumed = CheckpointMeta.from_checkpoint(saved).finetuned  # resuming a fine-tuned run: what it started from
-    base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir) if cfg.get("init_from") else \
-        Base.of(ckpt_path, saved) if resumed else None  # resuming a fine-tuned run: its vocabulary
-    if resumed:
-        check_resume(resumed, cfg, ckpt_path)  # its own data and recipe, not the default's
-    if base is None and is_finetuning(cfg):
-        raise ValueError(NEEDS_BASE)
-    if base is not None:
-        follow_base(cfg, base)  # its shape, script, plan tokens and conditions: before anything reads them
-        if ckpt_path and cfg.get("init_from"):
-            log.info(f"init_from={cfg.init_from} is not read: resuming {ckpt_path}, a fine-tuning run, from its own weights")
-        elif not ckpt_path:
-            log.info(f"fine-tuning {base.path} (step {base.ckpt.get('global_step')}"
-                     + (f", itself fine-tuned from {base.meta.finetuned.from_path}" if base.meta.finetuned else "")
-                     + ")")
+    start = resolve_start(cfg)  # scratch, resume, fine-tune or resume a fine-tune: decided once
+    if start.base is not None:
+        follow_base(cfg, start.base)  # its shape, script, plan tokens and conditions: before anything reads them
+    say_start(start, cfg)
     model_cfg = model_settings(cfg)
     check_accelerator(cfg.trainer.accelerator)
     cfg.trainer.precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     val_check_in_batches(cfg.trainer)
-    ddp_strategy(cfg.trainer, cfg.collective_timeout)
-    if ckpt_path:
-        # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
+    try:
+        with process_group(cfg.trainer, cfg.collective_timeout):
+            if start.resuming:
+                check_same_shape(start.saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS},
+                                 start.ckpt_path)
+                check_same_workers(start.saved, cfg.data.num_workers, start.ckpt_path)
+            trainer = make_trainer(cfg, start)
+            datamodule = hydra.utils.instantiate(cfg.data, base_tokenizer=start.base.tokenizer if start.base else None)
+            datamodule.prepare_data()
+            return fit(trainer, make_model(cfg, start, datamodule, model_cfg), datamodule, cfg, start.ckpt_path)
+    except SIGTERMException:  # Lightning's own handler: SIGTERM came before training started
+        raise TrainingInterrupted(signal.SIGTERM) from None
+
+
+def make_trainer(cfg: DictConfig, start: Start) -> L.Trainer:
+    """The run's Lightning trainer: conf/trainer with conf/callbacks and the run's own (the step's
+    seed, stopping on a signal, one run name on every rank, the progress bar), the loggers, and
+    atomic checkpoint writes that hand Lightning the resumed checkpoint already read. raises
+    ValueError for a run folder that holds checkpoints, or an attention backend this machine lacks."""
+    if start.resuming:  # a resumed run is a new run, in its own folder, with its own best checkpoint (docs/training.md)
         warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        log.info(f"resuming from {ckpt_path} (step {saved.get('global_step')})")
-        check_same_shape(saved, {k: v for k, v in model_cfg.items() if k not in HEAD_FIELDS}, ckpt_path)
-        check_same_workers(saved, cfg.data.num_workers, ckpt_path)
     run_dir = Path(cfg.paths.checkpoint_dir) / cfg.run_name
     check_new_run_folder(run_dir, cfg.run_name)
     log.info(f"run_name {cfg.run_name}: checkpoints in {run_dir}")  # on every rank: the same name
@@ -108,47 +108,56 @@ def train(cfg: DictConfig) -> dict[str, float]:
     callbacks += [StepSeed(cfg.seed), StopOnSignal(run_dir), OneRunOnEveryRank(cfg.run_name)]
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(StepProgressBar())  # steps against max_steps, or seconds against max_time
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
-                                      plugins=[AtomicCheckpointIO((ckpt_path, saved) if ckpt_path else None)])
+    trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(cfg.get("logger")),
+        plugins=[AtomicCheckpointIO((start.ckpt_path, start.saved) if start.resuming else None)])
     check_attention_backend(trainer, cfg.attention.backend, cfg.model.dropout, cfg.model.n_embd // cfg.model.n_head)
+    return trainer
 
-    datamodule = hydra.utils.instantiate(cfg.data, base_tokenizer=base.tokenizer if base else None)
-    datamodule.prepare_data()
+
+def make_model(cfg: DictConfig, start: Start, datamodule: PoetryDataModule, model_cfg: dict) -> LitGPT:
+    """The LightningModule for the prepared data: its head sized for the vocabulary, the weights of
+    the checkpoint resumed or the base fine-tuned, what the checkpoints record beside them
+    (`run_meta`), compiled if `cfg.compile`. raises ValueError where a resumed checkpoint's
+    vocabulary or shape differs."""
     tokenizer = datamodule.tokenizer
     model_cfg = head_for_vocabulary(model_cfg, tokenizer.vocab_size)  # said in the log where it differs
-    if ckpt_path:
-        check_same_vocabulary(saved, tokenizer.state_dict(), cfg.data.script, ckpt_path)
-        check_same_shape(saved, model_cfg, ckpt_path)  # the head too, now decided
-    tuned = (resumed or finetune_record(base, cfg, datamodule.meta)) if base is not None else None
+    if start.resuming:
+        check_same_vocabulary(start.saved, tokenizer.state_dict(), cfg.data.script, start.ckpt_path)
+        check_same_shape(start.saved, model_cfg, start.ckpt_path)  # the head too, now decided
+    tuned = finetune_record(start.base, cfg, datamodule.meta) if start.mode == FINETUNE else \
+        start.base.meta.finetuned if start.mode == RESUME_FINETUNE else None
     model = LitGPT(model=model_cfg, optim=OmegaConf.to_container(cfg.model.optim, resolve=True),
-                   tokenizer=tokenizer.state_dict(), script=cfg.data.script, meta=run_meta(datamodule, base, tuned))
-    if base is not None:  # fine-tuned: the base's weights, the poets it knows, a record of both runs' data
+                   tokenizer=tokenizer.state_dict(), script=cfg.data.script, meta=run_meta(datamodule, start.base, tuned))
+    if tuned is not None:  # fine-tuned: the base's weights, the poets it knows, a record of both runs' data
         log.info(f"fine-tuning data: {tuned.train_poems:,} training poems, {tuned.val_poems:,} held out"
                  + (": val/loss rests on them alone" if tuned.val_poems < 10 else ""))
-        if not ckpt_path:
-            load_weights(model, base.ckpt["state_dict"], base.path)
-    if ckpt_path:  # its weights fit its settings: one line now, not a traceback from Lightning later
-        load_weights(model, saved["state_dict"], ckpt_path)
+    if start.mode == FINETUNE:
+        load_weights(model, start.base.ckpt["state_dict"], start.base.path)
+    if start.resuming:  # its weights fit its settings: one line now, not a traceback from Lightning later
+        load_weights(model, start.saved["state_dict"], start.ckpt_path)
     if cfg.compile:
         compile_or_eager(model.gpt, log.info)
+    return model
+
+
+def fit(trainer: L.Trainer, model: LitGPT, datamodule: PoetryDataModule, cfg: DictConfig,
+        ckpt_path: Path | None) -> dict[str, float]:
+    """`trainer.fit` (from `ckpt_path` when resuming) with the config logged; the final metrics.
+    raises TrainingInterrupted as `StopOnSignal`; a collective that stalled past `collective_timeout`
+    or lost its peer as one line (`collective_failure`)."""
     for lg in trainer.loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     try:
         with run_name_for_all_ranks(cfg.run_name):
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-    except TrainingInterrupted:  # StopOnSignal's: every rank stopped after one step and its saved checkpoint
-        end_process_group()
-        raise
-    except SIGTERMException:  # Lightning's own handler: SIGTERM came before training started
-        raise TrainingInterrupted(signal.SIGTERM) from None
-    except RuntimeError as err:  # a collective that stalled past collective_timeout or lost its peer: one line
+    except RuntimeError as err:
         if (failed := collective_failure(err, cfg.collective_timeout)) is None:
             raise
         raise failed from None
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger):
             lg.experiment.finish()  # flush the run now, so sweeps in one process get separate runs
-    end_process_group()  # gloo's, left to the interpreter's exit, can abort a rank that finished
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 

@@ -367,25 +367,34 @@ def main(argv=None) -> None:
     out_dir = args.out or ROOT / ("logs" if args.quick or args.compare else "benchmarks/results")
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "commit": commit()}
+    if not other_measure(args, out_dir, result):
+        fixed_time(args, out_dir, result)
+
+
+def other_measure(args: argparse.Namespace, out_dir: Path, result: dict) -> bool:
+    """--compare, --overhead or --check-reference, into `result` and its JSON; False for none of them."""
     if args.compare:
         result["compare"] = r = compare(Path(args.compare[0]), [Path(c) for c in args.compare[1:]])
         for name, row in r.items():
             print(name, "  ".join(f"{p} {v['val_bpc']:.4f} Δ {v['delta']:+.4f} [{v['delta_interval_95'][0]:+.4f}, "
                                   f"{v['delta_interval_95'][1]:+.4f}]" for p, v in row.items()))
         (out_dir / "fixed-time-compare-cpu.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-        return
-    if args.overhead:
+    elif args.overhead:
         result["lightning_overhead"] = r = lightning_overhead(args.overhead, overrides=tuple(args.override))
         print(f"{result['machine']}\nbare loop {r['bare_ms']} ms/step (runs {r['bare_runs_ms']}), Lightning "
               f"{r['lightning_ms']} ms/step (runs {r['lightning_runs_ms']}): overhead {r['overhead']:+.1%}")
         (out_dir / "lightning-overhead-cpu.json").write_text(json.dumps(result, indent=2))
-        return
-    if args.check_reference is not None:
+    elif args.check_reference is not None:
         path = out_dir / "fixed-time-reference-cpu.json"
         previous = json.loads(path.read_text())["reference"] if path.exists() else {}
         result["reference"] = {**previous, **check_reference(args.check_reference)}  # keeps counts not rerun
         path.write_text(json.dumps(result, indent=2))
-        return
+    return bool(args.compare or args.overhead or args.check_reference is not None)
+
+
+def fixed_time(args: argparse.Namespace, out_dir: Path, result: dict) -> None:
+    """The default variants, then nanoGPT's configuration at 1× to 4× the first one's wall-clock (1×
+    and 2× in --quick; the JSON's rows with --keep-reference), into `result`: the table and its JSON."""
     variants = [v.partition("=")[::2] for v in (args.variant or ["default="])]
     budget = [f"trainer.max_time=00:00:{args.seconds // 60:02d}:{args.seconds % 60:02d}",
               "trainer.max_steps=-1"] if args.quick else []

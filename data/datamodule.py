@@ -189,7 +189,7 @@ class PoetryDataModule(L.LightningDataModule):
     def check_data(self) -> None:
         """Read the corpora as `prepare_data` would and raise its errors (a user corpus's bad line, a
         poet the corpus lacks, characters outside a base vocabulary), writing nothing: what a
-        fine-tuning run checks before Hydra writes its folder (`model.training.finetune.CheckFineTuning`)."""
+        fine-tuning run checks before Hydra writes its folder (`model.training.start.CheckStart`)."""
         self._read()
 
     def _read(self) -> tuple[dict, dict, dict, Tokenizer]:

@@ -17,8 +17,9 @@ from data.verse.plan import plan_ids
 from data.verse.poetry import form_of
 from model.loading import load_engine, read_trained
 from model.sampling.poems import SamplingOptions, sample_poems
-from model.training.finetune import check_finetuning, finetune_tag
+from model.training.finetune import finetune_tag
 from model.training.runtime import ddp_strategy
+from model.training.start import check_start
 from tests.conftest import POEMS, ROOT
 
 AUTHORS = ["李白", "李白", "孟浩然", "柳宗元", "王維", "李白"]
@@ -232,7 +233,7 @@ def test_a_finetuned_run_resumed_on_other_data_is_refused(tmp_path, train_cfg, b
         cfg = train_cfg(*options, f"ckpt_path={tmp_path / 'checkpoints' / 'ft'}", "logger=none")
         with open_dict(cfg):
             cfg.run_name = "ft3"
-        for check in (train, check_finetuning):  # check_finetuning: Hydra's callback, before the run's folder is made
+        for check in (train, check_start):  # check_start: Hydra's callback, before the run's folder is made
             with pytest.raises(ValueError, match=r"is a fine-tuning run on 李白: resume it as it was started, python "
                                                  r"train.py experiment=finetune \"data.poets=\[李白\]\" ckpt_path="):
                 check(cfg)

@@ -140,3 +140,15 @@ def descendants(graph: dict[str, set[str]], start: str) -> set[str]:
                 seen.add(b)
                 todo.append(b)
     return seen
+
+
+MAX_FUNCTION_LINES = 60
+"""Issue 59: no product function longer than this (its `def` to its last line, docstring included)."""
+
+
+def test_no_product_function_is_longer_than_sixty_lines():
+    long = [f"{name}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, tree in project_modules().items() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []

@@ -13,6 +13,7 @@ import torch
 
 import train as train_script
 from model.loading import find_checkpoint, read_checkpoint
+from model.training import runtime
 from model.training.checkpoints import AtomicCheckpointIO
 from model.training.interruption import TrainingInterrupted
 from model.training.lit import LitGPT
@@ -192,7 +193,7 @@ def test_a_run_that_ends_or_stops_on_a_signal_ends_its_process_group_and_a_crash
     """train.py destroys the process group after a run that ended well or stopped on a signal (every
     rank after the same step), never after a failure, where another rank may wait in a collective."""
     ended, rec = [], Recorder(monkeypatch)
-    monkeypatch.setattr(train_script, "end_process_group", lambda: ended.append(True))
+    monkeypatch.setattr(runtime, "end_process_group", lambda: ended.append(True))  # process_group's
     short = [o for o in RUN if not o.startswith(("trainer.max_steps", "trainer.val_check"))] + \
         ["trainer.max_steps=4", "trainer.val_check_interval=2"]
     rec.run(make_train_cfg(tmp_path / "ended", uninterrupted.corpus, monkeypatch)(*short))

@@ -1,5 +1,6 @@
 """A plan from the title (data/title_plan.py, model/sampling/title_plan.py): the words a title plans,
 their determinism, the cache, and how sampling, sample.py's JSONL and the studio give them."""
+import dataclasses
 import json
 
 import pytest
@@ -64,7 +65,7 @@ def engine(monkeypatch, planner):
 
 def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     opts = SamplingOptions(num_samples=4, title="静夜思", form="wujue", max_new_tokens=40, seed=3)
-    planned = with_plan(engine, opts)
+    planned = with_plan(engine, opts, opts.form)
     assert planned.keywords == planner.plan("靜夜思", 2) and planned.keywords_forced
     assert all(all(w in p for w in planned.keywords) for p in sample_poems(engine, opts))  # forced, as keywords
     assert with_plan(engine, SamplingOptions(title="静夜思", title_plan=False)).keywords == ""
@@ -78,7 +79,9 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     assert steps.decision.title_plan_words is None
     assert unplanned(opts, steps.decision.title_plan_words).startswith("title_plan: nothing planned for title=杜甫")
     _, steps = poem_steps(engine, SamplingOptions(title="静夜思"))
-    assert steps.decision.title_plan_words == [tuple(planner.plan("靜夜思", 2))]
+    assert steps.decision.title_plan_words == (tuple(planner.plan("靜夜思", 2)),)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # decided once (issue 59): nothing changes it afterwards
+        steps.decision.plans = ((),)
     assert unplanned(SamplingOptions(title="静夜思"), steps.decision.title_plan_words) == ""
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 

@@ -126,8 +126,8 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
     row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
     poems, tune_names, keywords = {}, {}, {}
     for name, fields in requests.items():
-        tune_names[name] = [fields[MEASURED_AS]] * base.num_samples if MEASURED_AS in fields else decide(
-            engine, replace(base, **{k: v for k, v in fields.items() if k != "keywords"})).tunes  # the sampler's
+        tune_names[name] = [fields[MEASURED_AS]] * base.num_samples if MEASURED_AS in fields else list(decide(
+            engine, replace(base, **{k: v for k, v in fields.items() if k != "keywords"})).tunes)  # the sampler's
         fields = {k: v for k, v in fields.items() if k != MEASURED_AS}
         if fields.get("keywords") == HELD_OUT:
             keywords[name] = fields["keywords"] = draw_ci_keywords(engine, fields, tune_names[name])

@@ -11,7 +11,7 @@ model with plan tokens) by both; docs/sampling.md says how each is planned and m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -74,28 +74,38 @@ class SamplingOptions:
     control: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
-    """What `poem_steps` decided from the options, for its callers to read rather than decide again.
+    """What `decide` made of the options, once and frozen: the sampler's processors, `sample.py`,
+    the studio and evaluation read it, and none decides again.
 
-    form: the form asked for (`ci` for a 词), None for a free poem; tunes: each 词's tune ([] for a
-    诗); templates: each row's templates, or one tuple for every row (() without a form, tune or
-    acrostic); control: the control in force; rhyme: whether rhyme is kept (meter keeps a form's);
-    prompt, acrostic: in the model's script; keywords: each row's keywords (one tuple for every row,
-    or one per row), cleaned, in the model's script; keywords_forced; title_plan_words: the words
-    a title planned (the keywords), or None without a plan; plans: each row's given plan ids.
+    form: the form asked for (`CI` for a 词), None for a free poem; tunes: each 词's tune, resolved
+    before the title's plan (() for a 诗); templates: each row's templates, or one tuple for every
+    row (() without a form, tune or acrostic); control: the control in force; rhyme: whether rhyme
+    is kept (a 诗's meter keeps it); plan_rhymes: whether the plan's rhyme slot names a rhyme (soft
+    or both control with rhyme; a 词's only on a model with 词林正韵 tokens); prompt, acrostic: in
+    the model's script; keywords: each row's keywords (one tuple for every row, or one per row),
+    cleaned, in the model's script; keywords_forced; title_plan_words: the words a title planned
+    (the keywords), or None without a plan; plans: each row's given plan ids; to_draw: the plan
+    tokens the model draws itself; constraint: the masks of the form, tune or acrostic
+    (`TemplateConstraint`, checked; None without templates or where a 诗's plan token alone asks);
+    free_keywords: whether a free poem's forced keywords are placed (`FreeKeywords`).
     """
     form: str | None
-    tunes: list[str]
-    templates: list[tuple[Template, ...]]
+    tunes: tuple[str, ...]
+    templates: tuple[tuple[Template, ...], ...]
     control: str
     rhyme: bool
+    plan_rhymes: bool
     prompt: str
     acrostic: str
-    keywords: list[tuple[str, ...]]
+    keywords: tuple[tuple[str, ...], ...]
     keywords_forced: bool
-    title_plan_words: list[tuple[str, ...]] | None = None
-    plans: list[list[int]] = field(default_factory=list)
+    title_plan_words: tuple[tuple[str, ...], ...] | None
+    plans: tuple[tuple[int, ...], ...]
+    to_draw: int
+    constraint: TemplateConstraint | None
+    free_keywords: bool
 
 
 def resolve_control(control: str | None, has_plan: bool) -> str:
@@ -113,16 +123,41 @@ def resolve_control(control: str | None, has_plan: bool) -> str:
 def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     """Check the options and decide what they ask for (`Decision`). raises ValueError for bad
     sampling arguments, control (soft: no acrostic or meter, which are masks), form or tune, a
-    prompt, acrostic or keyword with invalid code points or outside the vocabulary."""
+    prompt, acrostic or keyword with invalid code points or outside the vocabulary, a prompt that
+    does not fit the form, keywords no mask can place, too few tokens (max_new_tokens) for the poem."""
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
-    planned = with_plan(engine, opts)  # a title's planned words, as keywords
     control = resolve_control(opts.control, plan_ids(engine.tokenizer) is not None)
     if control == "soft" and (opts.acrostic or opts.meter):
         given = " and ".join(name for name, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on)
         what = "are masks, not plan tokens" if " and " in given else "is a mask, not a plan token"
         raise ValueError(f"{given} {what}: use control=hard or control=both")
+    form, tunes_ = decide_form(engine, opts, control)  # the tune resolved once, before the plan
+    planned = with_plan(engine, opts, form, tunes_[0] if opts.tune else "")  # a title's planned words, as keywords
+    acrostic = engine.to_model_text(opts.acrostic, "acrostic")
+    if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
+        raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
+    templates = [tune_templates(t) for t in dict.fromkeys(tunes_)] if len(set(tunes_)) == 1 else \
+        [tune_templates(t) for t in tunes_] if tunes_ else [form_templates(form, opts.meter)] if form else \
+        [acrostic_templates(len(acrostic))] if acrostic else []
+    if opts.rhyme and not templates:
+        raise ValueError("rhyme needs a form or an acrostic to know where lines end")
+    keywords = tuple(tuple(engine.to_model_text(w, "keywords") for w in row)
+                     for row in keyword_rows(planned.keywords, opts.num_samples))
+    rhyme = opts.rhyme or (opts.meter and not tunes_)
+    ids = plan_ids(engine.tokenizer)
+    draft = Decision(form, tuple(tunes_), tuple(templates), control, rhyme,
+                     control != "hard" and rhyme and (not tunes_ or bool(ids and ids.ci_rhymes)),
+                     engine.to_model_text(opts.prompt, "prompt"), acrostic, keywords, planned.keywords_forced,
+                     keywords if planned is not opts else None, (), 0, None, False)
+    return decide_rules(engine, draft, opts)
+
+
+def decide_form(engine: Engine, opts: SamplingOptions, control: str) -> tuple[str | None, list[str]]:
+    """(the form: `CI` with a tune, else `opts.form`; each row's tune, `row_tunes`). raises
+    ValueError for a tune beside another form, an unknown form or tune, a form soft control cannot
+    ask for, meter without a form."""
     if opts.tune and opts.form not in (None, CI):
         raise ValueError(f"tune={opts.tune} writes a 词 (form=ci), not a {opts.form}: leave form= out or set form=ci")
     form = CI if opts.tune else opts.form
@@ -134,27 +169,42 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
                          "control=soft cannot ask for it; use control=hard or both")
     if opts.meter and form is None:
         raise ValueError(f"meter needs a form to know the tone patterns; give form= one of {', '.join(VERSE_FORMS)}")
-    acrostic = engine.to_model_text(opts.acrostic, "acrostic")
-    if not_hanzi := [c for c in acrostic if not is_hanzi(c)]:
-        raise ValueError(f"an acrostic is made of characters that start lines; {''.join(not_hanzi)!r} cannot")
-    tunes_ = row_tunes(opts.tune, opts.form, opts.num_samples, opts.seed)
-    templates = [tune_templates(t) for t in dict.fromkeys(tunes_)] if len(set(tunes_)) == 1 else \
-        [tune_templates(t) for t in tunes_] if tunes_ else [form_templates(form, opts.meter)] if form else \
-        [acrostic_templates(len(acrostic))] if acrostic else []
-    if opts.rhyme and not templates:
-        raise ValueError("rhyme needs a form or an acrostic to know where lines end")
-    keywords = [tuple(engine.to_model_text(w, "keywords") for w in row)
-                for row in keyword_rows(planned.keywords, opts.num_samples)]
-    plans = [[]] * opts.num_samples if control == "hard" or not form or tunes_ else \
-        [[ids.forms.get(form, ids.forms["other"])]] * opts.num_samples
-    return Decision(form, tunes_, templates, control, opts.rhyme or (opts.meter and not tunes_),
-                    engine.to_model_text(opts.prompt, "prompt"), acrostic, keywords, planned.keywords_forced,
-                    keywords if planned is not opts else None, plans)
+    return form, row_tunes(opts.tune, opts.form, opts.num_samples, opts.seed)
+
+
+def decide_rules(engine: Engine, d: Decision, opts: SamplingOptions) -> Decision:
+    """`d` with its rules decided: the masks (`constraint_of`), each row's plan (a 诗's form token, or
+    a 词's template token drawn by `TemplateConstraint.plans`), the plan tokens left to draw, and
+    whether a free poem's keywords are placed. raises ValueError as `constraint_of`, or for too few
+    tokens (max_new_tokens) for the poem."""
+    ids = plan_ids(engine.tokenizer)
+    constraint = constraint_of(engine, d, opts)
+    if constraint is not None and d.tunes and d.control != "hard":
+        plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
+    elif d.control == "hard" or not d.form or d.tunes:
+        plans = [[]] * opts.num_samples
+    else:
+        plans = [[ids.forms.get(d.form, ids.forms["other"])]] * opts.num_samples
+    to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
+    free_keywords = constraint is None and d.keywords_forced and any(d.keywords)
+    if constraint is not None:
+        needed = constraint.max_tokens() - len(d.prompt) + to_draw
+        if opts.max_new_tokens < needed:
+            raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
+    elif free_keywords:
+        check_forced(engine.tokenizer, d.keywords, d.control)
+        needed = max(len(row) + 1 for row in d.keywords) * (MAX_FREE_LINE + 1) + 1
+        if needed > opts.max_new_tokens - to_draw:
+            raise ValueError(f"max_new_tokens={opts.max_new_tokens - to_draw} is too few for these keywords without a "
+                             f"form; they need up to {needed}")
+    return replace(d, plans=tuple(map(tuple, plans)), to_draw=to_draw, constraint=constraint,
+                   free_keywords=free_keywords)
 
 
 def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> TemplateConstraint | None:
-    """The `TemplateConstraint` of a decision (None without templates), checked: the prompt fits,
-    forced keywords can be placed. raises ValueError as `TemplateConstraint`, `check_forced`."""
+    """The `TemplateConstraint` of a decision (None without templates, or for a 诗 under soft
+    control), checked: the prompt fits, forced keywords can be placed. raises ValueError as
+    `TemplateConstraint`, `check_forced`."""
     if not d.templates:
         return None
     forced = d.keywords if d.keywords_forced and any(d.keywords) else []
@@ -165,8 +215,8 @@ def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> Templat
     if d.tunes and d.control == "soft" and not plan_ids(engine.tokenizer).tunes:
         raise ValueError("this model has no tune plan tokens (an experiment=ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
-    constraint = TemplateConstraint(engine.tokenizer, d.templates, engine.script, d.rhyme, opts.meter, d.acrostic,
-                                    forced, d.prompt, opts.seed)
+    constraint = TemplateConstraint(engine.tokenizer, list(d.templates), engine.script, d.rhyme, opts.meter,
+                                    d.acrostic, list(forced), d.prompt, opts.seed)
     constraint.check_text(d.prompt)
     if forced:
         rules = ["each rhyming line's last character left to the rhyme", *(["the 平仄"] * opts.meter),
@@ -175,7 +225,7 @@ def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> Templat
     return constraint
 
 
-def check_forced(tok: Tokenizer, rows: list[tuple[str, ...]], control: str) -> None:
+def check_forced(tok: Tokenizer, rows: tuple[tuple[str, ...], ...], control: str) -> None:
     """raises ValueError for forced keywords no mask can write: a non-character tokenizer, soft
     control, a keyword with other than CJK characters."""
     if not isinstance(tok, CharTokenizer):
@@ -187,34 +237,19 @@ def check_forced(tok: Tokenizer, rows: list[tuple[str, ...]], control: str) -> N
 
 
 def rule_processors(engine: Engine, d: Decision, opts: SamplingOptions) -> list[LogitsProcessor]:
-    """The processors of the poem's rules: its `TemplateConstraint`, or a free poem's `FreeKeywords`;
-    sets a 词's plans (`TemplateConstraint.plans`). raises ValueError as `constraint_of`, or for too
-    few tokens (max_new_tokens) for the poem."""
-    ids = plan_ids(engine.tokenizer)
-    constraint = constraint_of(engine, d, opts)
-    if constraint is not None and d.tunes and d.control != "hard":
-        d.plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
-    to_draw = PLAN_SLOTS - len(d.plans[0]) if ids else 0
-    if constraint is not None:
-        needed = constraint.max_tokens() - len(d.prompt) + to_draw
-        if opts.max_new_tokens < needed:
-            raise ValueError(f"max_new_tokens={opts.max_new_tokens} is too few for this poem; it needs up to {needed}")
-        return [] if d.control == "soft" else [constraint]
-    if not (d.keywords_forced and any(d.keywords)):
+    """The processors of the poem's rules, as decided: its `TemplateConstraint` (none under soft
+    control: a 词's template is its plan token), or a free poem's `FreeKeywords`."""
+    if d.constraint is not None:
+        return [] if d.control == "soft" else [d.constraint]
+    if not d.free_keywords:
         return []
-    check_forced(engine.tokenizer, d.keywords, d.control)
-    needed = max(len(row) + 1 for row in d.keywords) * (MAX_FREE_LINE + 1) + 1
-    if needed > opts.max_new_tokens - to_draw:
-        raise ValueError(f"max_new_tokens={opts.max_new_tokens - to_draw} is too few for these keywords without a "
-                         f"form; they need up to {needed}")
-    return [FreeKeywords(engine.tokenizer, d.keywords, d.prompt, opts.max_new_tokens - to_draw, opts.seed)]
+    return [FreeKeywords(engine.tokenizer, list(d.keywords), d.prompt, opts.max_new_tokens - d.to_draw, opts.seed)]
 
 
 def check_keywords(engine: Engine, opts: SamplingOptions) -> None:
     """raises ValueError, as `poem_steps` would before sampling, if `opts`' keywords cannot all be
     written with its other controls, forced (without sampling)."""
-    opts = replace(opts, keywords_forced=True)
-    rule_processors(engine, decide(engine, opts), opts)
+    decide(engine, replace(opts, keywords_forced=True))
 
 
 class PoemSteps:
@@ -245,13 +280,10 @@ def poem_steps(engine: Engine, opts: SamplingOptions, attention_rows: bool = Fal
     too small for the plan tokens still to draw.
     """
     d, tok, device = decide(engine, opts), engine.tokenizer, engine.device
-    ids = plan_ids(tok)
+    to_draw = d.to_draw
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
     rules = rule_processors(engine, d, opts)
-    to_draw = PLAN_SLOTS - len(d.plans[0]) if ids else 0
-    real_rhymes = d.control != "hard" and (opts.rhyme if d.tunes else opts.rhyme or opts.meter) and \
-        (not d.tunes or bool(ids and ids.ci_rhymes))  # a 词's: a 词林正韵 class, on a model with tune tokens
-    grammar = plan_grammar(tok, real_rhymes, ci=bool(d.tunes)) if ids else None
+    grammar = plan_grammar(tok, d.plan_rhymes, ci=bool(d.tunes)) if plan_ids(tok) else None
     processors += [grammar, *rules] if grammar else rules
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "

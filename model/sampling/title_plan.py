@@ -44,20 +44,20 @@ def unplanned(opts, planned_words) -> str:
                              else nothing_planned(opts.title))
 
 
-def with_plan(engine: Engine, opts):
+def with_plan(engine: Engine, opts, form: str | None = None, tune: str = ""):
     """`opts` (`SamplingOptions`) with its title's plan as keywords (one list per poem when the
     titles are one per poem), forced or as hints by `title_plan`; unchanged without a title, with
-    keywords given, or with `title_plan=false`. The words are kept only where every character is
-    in the model's vocabulary. A model with another tokenizer than characters, or `control=soft` (no
-    masks), gets no forced plan: the title alone.
+    keywords given, or with `title_plan=false`. form, tune: the poem's, as decided (`decide`: the
+    tune resolved first), which size the plan (`plan_size`). The words are kept only where every
+    character is in the model's vocabulary. A model with another tokenizer than characters, or
+    `control=soft` (no masks), gets no forced plan: the title alone.
     raises ValueError for a bad `title_plan` or title."""
     mode = check_mode(opts.title_plan)
     if mode is True and (not isinstance(engine.tokenizer, CharTokenizer) or opts.control == "soft"):
         return opts  # forced keywords are masks of a character model: the title alone
     if not asks_for_plan(opts):
         return opts
-    form = None if opts.tune else opts.form
-    rows = [[w for w in plan_title(engine, t, form, opts.tune) if not engine.tokenizer.unknown(w)]
+    rows = [[w for w in plan_title(engine, t, form, tune) if not engine.tokenizer.unknown(w)]
             for t in per_row(opts.title, opts.num_samples, "title")]
     if not any(rows):
         return opts

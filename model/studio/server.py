@@ -237,6 +237,66 @@ def inside(path: Path, folders: list[Path]) -> bool:
     return any(path.is_relative_to(f.resolve()) for f in folders)
 
 
+class Engines:
+    """The studio's engines: `engines(ckpt, ablate, mode)` → (engine, its checkpoint file), loaded
+    once per file, its time (a rewritten checkpoint is read again) and heads switched off (each
+    combination an engine of its own, so poems being written keep theirs; the last 8 kept).
+    ckpt: a request's ckpt_path (None: the studio's own `ckpt_path`; `last`: the newest in
+    `checkpoint_dir`); folders: checkpoint_dir and `allowed_folders`, the only ones read.
+    raises ValueError for a checkpoint outside the folders, or a head the model does not have."""
+
+    def __init__(self, checkpoint_dir: str | Path, ckpt_path: str | None, device: str, backend: str | None,
+                 allowed_folders: tuple[str, ...], corpus_path: str | Path | None):
+        self.checkpoint_dir, self.ckpt_path = checkpoint_dir, ckpt_path
+        self.folders = [Path(checkpoint_dir), *map(Path, allowed_folders)]
+        self.load = lru_cache(maxsize=8)(lambda path, mtime_ns, ablate, mode: load_engine(
+            path, checkpoint_dir, device, backend, ablate, mode, corpus_path))
+
+    def __call__(self, ckpt: str | None, ablate: tuple[str, ...] = (), mode: str = "zero") -> tuple[Engine, Path]:
+        outside = ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, self.folders))}: the studio reads "
+                             "checkpoints there only (studio.py allowed_folders=[…] adds a folder)")
+        if ckpt and ckpt != "last" and not inside(Path(ckpt), self.folders):
+            raise outside  # before a file outside is even looked for
+        path = find_checkpoint(ckpt or self.ckpt_path, self.checkpoint_dir)
+        if ckpt:  # the file that will be opened (a run folder's last.ckpt, links followed) is the one checked
+            path = path.resolve()
+            if not inside(path, self.folders):
+                raise outside
+        return self.load(str(path), path.stat().st_mtime_ns, ablate, mode if ablate else "zero"), path
+
+
+async def no_icon(request: Request) -> Response:
+    """What a browser asks for first: nothing."""
+    return Response(status_code=204)
+
+
+def options_info(engine_for: Engines, ckpt: str | None) -> dict:
+    """What `/options` answers: the sampling defaults, tunes, forms, controls, the colour scale, and the
+    model of `ckpt` (its settings, or an `error` line where it cannot be loaded)."""
+    defaults = SamplingOptions()
+    info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "tunes": list(tunes()),
+            "forms": [{"name": f, "title": FORM_TITLES.get(f, "")} for f in VERSE_FORMS],
+            "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
+    try:
+        engine, path = engine_for(ckpt)
+    except USER_ERRORS as err:
+        return {**info, "error": f"error: {err}"}
+    cfg = engine.model.cfg
+    info["model"] = {"ckpt_path": str(path), "plan": plan_ids(engine.tokenizer) is not None, "n_layer": cfg.n_layer,
+                     "n_head": cfg.n_head, "block_size": cfg.block_size, "vocab_size": cfg.vocab_size}
+    return info
+
+
+def json_body(raw: bytes) -> dict:
+    """A request's body as JSON. raises ValueError in one line: not JSON in UTF-8, or nested too deep."""
+    try:
+        return json.loads(raw)
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise ValueError(f"the request is not JSON in UTF-8: {err}") from None
+    except RecursionError:
+        raise ValueError("the request nests too deep; send a flat JSON object of options") from None
+
+
 def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device: str = "auto",
                backend: str | None = None, allowed_hosts: tuple[str, ...] = (),
                allowed_folders: tuple[str, ...] = (), corpus_path: str | Path | None = None) -> Starlette:
@@ -246,58 +306,22 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
     request's ckpt_path may name besides checkpoint_dir; corpus_path: the corpus whose training
     poems give the heads' means (ablate_mode=mean). Nothing is loaded here:
     `app.state.engine_for(None)` loads the default ahead of the first poem."""
-    folders = [Path(checkpoint_dir), *map(Path, allowed_folders)]
+    engine_for = Engines(checkpoint_dir, ckpt_path, device, backend, allowed_folders, corpus_path)
     style, script = assets()
     page = importlib.resources.files(__package__).joinpath("studio.html").read_text(encoding="utf-8")
     page = page.replace("/* attention view style */", style).replace("/* attention view script */", script)
-
-    @lru_cache(maxsize=8)
-    def load(path: str, mtime_ns: int, ablate: tuple[str, ...], mode: str) -> Engine:  # mtime: a rewritten
-        return load_engine(path, checkpoint_dir, device, backend, ablate, mode, corpus_path)  # checkpoint is read again
-
-    def engine_for(ckpt: str | None, ablate: tuple[str, ...] = (), mode: str = "zero") -> tuple[Engine, Path]:
-        """ckpt: a request's ckpt_path (None: the studio's own; `last`: the newest in the checkpoints folder);
-        ablate, mode: heads switched off, each combination an engine of its own (poems being written keep theirs).
-        raises ValueError for one outside `folders`, or a head the model does not have."""
-        outside = ValueError(f"ckpt_path={ckpt} is outside {', '.join(map(str, folders))}: the studio reads "
-                             "checkpoints there only (studio.py allowed_folders=[…] adds a folder)")
-        if ckpt and ckpt != "last" and not inside(Path(ckpt), folders):
-            raise outside  # before a file outside is even looked for
-        path = find_checkpoint(ckpt or ckpt_path, checkpoint_dir)
-        if ckpt:  # the file that will be opened (a run folder's last.ckpt, links followed) is the one checked
-            path = path.resolve()
-            if not inside(path, folders):
-                raise outside
-        return load(str(path), path.stat().st_mtime_ns, ablate, mode if ablate else "zero"), path
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page)
 
     async def options(request: Request) -> Response:
-        defaults = SamplingOptions()
-        info = {"defaults": {f: getattr(defaults, f) for f in OPTIONS}, "tunes": list(tunes()),
-                "forms": [{"name": f, "title": FORM_TITLES.get(f, "")} for f in VERSE_FORMS],
-                "controls": list(CONTROLS), "colormap": colormap(), "scale": SCALE}
-        try:
-            engine, path = await anyio.to_thread.run_sync(engine_for, request.query_params.get("ckpt_path"))
-        except USER_ERRORS as err:
-            return Response(json.dumps({**info, "error": f"error: {err}"}), media_type="application/json")
-        cfg = engine.model.cfg
-        info["model"] = {"ckpt_path": str(path), "plan": plan_ids(engine.tokenizer) is not None,
-                         "n_layer": cfg.n_layer, "n_head": cfg.n_head, "block_size": cfg.block_size,
-                         "vocab_size": cfg.vocab_size}
+        info = await anyio.to_thread.run_sync(options_info, engine_for, request.query_params.get("ckpt_path"))
         return Response(json.dumps(info), media_type="application/json")
 
     async def generate(request: Request) -> Response:
         received = time.perf_counter()
         try:
-            try:
-                body = json.loads(await request.body())
-            except ValueError as err:  # not JSON, or not UTF-8
-                raise ValueError(f"the request is not JSON in UTF-8: {err}") from None
-            except RecursionError:
-                raise ValueError("the request nests too deep; send a flat JSON object of options") from None
-            opts, ckpt, ablate, mode = read_options(body)
+            opts, ckpt, ablate, mode = read_options(json_body(await request.body()))
             poem = await anyio.to_thread.run_sync(lambda: Poem(engine_for(ckpt, ablate, mode)[0], opts, received))
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
@@ -316,8 +340,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         q = request.query_params
         try:
             engine = (await anyio.to_thread.run_sync(engine_for, q.get("ckpt_path") or None))[0]
-            form = None if q.get("tune") else q.get("form") or None
-            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), form, q.get("tune", ""))
+            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), q.get("form") or None,
+                                                   q.get("tune", ""))  # a tune's plan size before a form's
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
         note = {"note": nothing_planned(q["title"])} if not words and q.get("title") else {}
@@ -326,12 +350,8 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
     async def status(request: Request) -> Response:
         return Response(json.dumps({"generating": app.state.generating}), media_type="application/json")
 
-    async def no_icon(request: Request) -> Response:  # what a browser asks for first: nothing
-        return Response(status_code=204)
-
     app = Starlette(routes=[Route("/", index), Route("/options", options), Route("/generate", generate, methods=["POST"]),
-                            Route("/plan", plan),
-                            Route("/status", status), Route("/favicon.ico", no_icon)],
+                            Route("/plan", plan), Route("/status", status), Route("/favicon.ico", no_icon)],
                     middleware=[Middleware(LocalOnly, hosts=(*LOOPBACK, *allowed_hosts))])
     app.state.generating = 0
     app.state.engine_for = engine_for

@@ -12,14 +12,11 @@ checkpoint's settings.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra.experimental.callback import Callback
-from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from data.tokenizer import Tokenizer, tokenizer_from_state
@@ -114,29 +111,6 @@ def is_finetuning(cfg: DictConfig) -> bool:
     return bool(cfg.get("init_from")) or str(cfg.get("run_tag", "")).startswith("-ft-")
 
 
-def check_finetuning(cfg: DictConfig) -> Base | None:
-    """The base of a fine-tuning config, its data read and checked as the run will read it (nothing
-    written); None for a config that fine-tunes nothing or resumes (a resumed fine-tuned checkpoint
-    is checked against its data, `check_resume`). raises ValueError / FileNotFoundError in one line:
-    `experiment=finetune` without `init_from`, a base that is not a checkpoint, a poet the corpus
-    lacks, a user corpus's bad line or no poem, characters outside the base's vocabulary, a fine-tuned
-    checkpoint resumed on other data."""
-    if cfg.get("ckpt_path"):  # resuming: a fine-tuned checkpoint on its own data only
-        path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir)
-        if record := CheckpointMeta.from_checkpoint(read_trained(path, mmap=True)).finetuned:
-            check_resume(record, cfg, path)
-        return None
-    if not is_finetuning(cfg):
-        return None
-    if not cfg.get("init_from"):
-        raise ValueError(NEEDS_BASE)
-    base = Base.read(cfg.init_from, cfg.paths.checkpoint_dir)
-    cfg = copy.deepcopy(cfg)
-    follow_base(cfg, base, say=lambda line: None)  # the run says it
-    instantiate(cfg.data, base_tokenizer=base.tokenizer).check_data()
-    return base
-
-
 def check_resume(record: FineTuned, cfg: DictConfig, path: Path) -> None:
     """raises ValueError where a fine-tuned checkpoint (its `finetuned` record) is resumed on other data
     or without `experiment=finetune`: the run would go on with the default's steps or another corpus."""
@@ -146,15 +120,3 @@ def check_resume(record: FineTuned, cfg: DictConfig, path: Path) -> None:
     data = f'"data.poets=[{",".join(record.poets)}]"' if record.poets else f"data.corpus_path=<{record.corpus}>"
     raise ValueError(f"{path} is a fine-tuning run on {', '.join(record.poets) or record.corpus}: resume it as "
                      f"it was started, python train.py experiment=finetune {data} ckpt_path={path.parent}")
-
-
-class CheckFineTuning(Callback):
-    """Hydra callback (conf/hydra/default.yaml): a fine-tuning run's base and data, and a resumed
-    fine-tuned checkpoint's data, checked in `on_run_start` (`check_finetuning`), before Hydra writes
-    the run's folder, so a refused run writes nothing and says why in one line (exit status 1)."""
-
-    def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        try:
-            check_finetuning(config)
-        except (ValueError, FileNotFoundError) as err:  # bad input: one line, as the entry points say it
-            raise SystemExit(f"error: {err}") from None

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from model.device import check_backend
 from model.training.finetune import finetune_tag
+from model.training.interruption import TrainingInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +235,22 @@ def end_process_group() -> None:
     rank waits in a collective can hang."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+@contextmanager
+def process_group(trainer_cfg: DictConfig, collective_timeout: float) -> Iterator[None]:
+    """The run's process group, set up and ended in one place: on entering, the trainer's strategy
+    for several processes (`ddp_strategy`, in place; Lightning creates the group in `fit`); on
+    leaving after a run that ended well, or that every rank stopped on a signal
+    (`TrainingInterrupted`), `end_process_group`; after any other exception the group is left as
+    it is (`end_process_group` says why)."""
+    ddp_strategy(trainer_cfg, collective_timeout)
+    try:
+        yield
+    except TrainingInterrupted:
+        end_process_group()
+        raise
+    end_process_group()
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
