@@ -70,7 +70,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     130) on SIGTERM or Ctrl-C, after saving the step to `last.ckpt`.
     """
     L.seed_everything(cfg.seed, workers=True)
-    start = resolve_start(cfg)  # scratch, resume, fine-tune or resume a fine-tune: decided once
+    start = resolve_start(cfg, keep=False)  # scratch, resume, fine-tune or a fine-tune resumed: Hydra's check's
     if start.base is not None:
         follow_base(cfg, start.base)  # its shape, script, plan tokens and conditions: before anything reads them
     say_start(start, cfg)

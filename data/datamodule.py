@@ -219,7 +219,7 @@ class PoetryDataModule(L.LightningDataModule):
         corpora, texts, names, tok = self._read()
         val = self.train_paths if self.poets else [self.corpus_path]  # a poet's held-out poems in any corpus read
         arrays = {"train": [(path, "train") for path in self.train_paths], "val": [(path, "val") for path in val],
-                  **({"val_titled": [(self.corpus_path, "val")]} if self.conditions else {}),
+                  **({"val_titled": [(path, "val") for path in val]} if self.conditions else {}),
                   **{f"val_{name}": [(path, "val")] for name, path in self.extra_val.items()}}
         listed = poets([a for path in self.train_paths for p, a in zip(corpora[path], names["author"][path])
                         if p["split"] == "train"]) if self.conditions else {}

@@ -80,3 +80,6 @@ def test_a_run_is_resolved_once_and_again_when_its_checkpoint_changes(runs):
     (folder / "scratch" / "last.ckpt").write_bytes(b"another stand-in")  # a new step saved: read again
     assert resolve_start(config(folder, ckpt_path="scratch")) is not first and len(reads) == 2
     assert resolve_start(config(folder)).mode == SCRATCH and len(reads) == 2
+    kept = resolve_start(config(folder, ckpt_path="scratch"))
+    assert resolve_start(config(folder, ckpt_path="scratch"), keep=False) is kept  # train() takes Hydra's check's
+    assert resolve_start(config(folder, ckpt_path="scratch")) is not kept and len(reads) == 4  # then resolves anew

@@ -32,7 +32,7 @@ from model.engine import Engine
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, heldout_ci
 from model.inspection.poem_metrics import FORM_NAMES, keyword_placement, poem_metrics, training_lines
 from model.sampling.conditions import known_poets
-from model.sampling.poems import SamplingOptions, check_keywords, decide, poem_text, read_plans, sample_ids
+from model.sampling.poems import SamplingOptions, decide, poem_text, read_plans, sample_ids
 
 SET_KINDS = ("free", "form", "rhyme", "meter", "soft", "keywords", "conditions", CI)
 """Kinds of sample sets: free sampling; and per form: the form alone, with rhyme, with meter
@@ -145,7 +145,7 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
 def draw_ci_keywords(engine: Engine, fields: dict, tune_names: list[str], k: int = 2) -> list[list[str]]:
     """Per 词 to write (its tune in `tune_names`), the k best keywords (`data.keywords.poem_keywords`,
     TextRank) of the next held-out 词 (`heldout_ci`, in turn) that it can hold with these
-    controls (`model.sampling.poems.check_keywords`), or the first of them alone, or the next 词's (one
+    controls, forced (`model.sampling.poems.decide`), or the first of them alone, or the next 词's (one
     with a character outside the vocabulary is passed over). raises ValueError if the held-out
     词 run out first."""
     sources, chosen, at = [t for t, _ in heldout_ci(10 ** 9)], [], 0
@@ -162,8 +162,8 @@ def draw_ci_keywords(engine: Engine, fields: dict, tune_names: list[str], k: int
             at += 1
             for candidate in ([words] if len(words) > 1 else []) + [[w] for w in words]:
                 try:
-                    check_keywords(engine, SamplingOptions(**{**fields, "tune": tune, "keywords": candidate,
-                                                             "max_new_tokens": 10**4}))
+                    decide(engine, SamplingOptions(**{**fields, "tune": tune, "keywords": candidate,
+                                                      "keywords_forced": True, "max_new_tokens": 10**4}))
                 except ValueError:
                     continue
                 found = candidate
@@ -185,7 +185,8 @@ def draw_keywords(engine: Engine, fields: dict, sources: Sequence[str], n: int, 
         words = [w for w in poem_keywords(source, k) if not tok.unknown(w)]
         for candidate in ([words] if len(words) > 1 else []) + [[w] for w in words]:
             try:
-                check_keywords(engine, SamplingOptions(**{**fields, "keywords": candidate, "max_new_tokens": 10**4}))
+                decide(engine, SamplingOptions(**{**fields, "keywords": candidate, "keywords_forced": True,
+                                                  "max_new_tokens": 10**4}))
             except ValueError:
                 continue
             chosen.append(candidate)

@@ -1,13 +1,10 @@
 """Poems from a trained model: the one sampling path (`sample.py`, the studio, evaluation, the
 training callbacks, the benchmarks), so every poem keeps the same rules.
 
-`poem_steps` decides once what the options ask for (`Decision`: each row's templates, the control
-in force, the texts and keywords converted) and lists the processors: `PoemBoundaries`,
-`PlanGrammar` (plan models), a `model.sampling.shape.TemplateConstraint` (form, tune or acrostic)
-with the rules asked for, `FreeKeywords` (a free poem's keywords), `RepetitionPenalty`. Callers
-read the decision from the steps (`PoemSteps.decision`). `control`: `soft` asks for form and rhyme
-by plan tokens only, `hard` by masks only (the plan drawn by the model), `both` (the default for a
-model with plan tokens) by both; docs/sampling.md says how each is planned and masked.
+`decide` decides once what the options ask for (a frozen `Decision`); `poem_steps` lists its
+processors: `PoemBoundaries`, `PlanGrammar` (plan models), the decided rules (a `TemplateConstraint`
+or `FreeKeywords`), `RepetitionPenalty`. `control`: `soft` asks for form and rhyme by plan tokens
+only, `hard` by masks only, `both` (the default for a plan model) by both (docs/sampling.md).
 """
 from __future__ import annotations
 
@@ -76,21 +73,15 @@ class SamplingOptions:
 
 @dataclass(frozen=True)
 class Decision:
-    """What `decide` made of the options, once and frozen: the sampler's processors, `sample.py`,
-    the studio and evaluation read it, and none decides again.
-
-    form: the form asked for (`CI` for a 词), None for a free poem; tunes: each 词's tune, resolved
-    before the title's plan (() for a 诗); templates: each row's templates, or one tuple for every
-    row (() without a form, tune or acrostic); control: the control in force; rhyme: whether rhyme
-    is kept (a 诗's meter keeps it); plan_rhymes: whether the plan's rhyme slot names a rhyme (soft
-    or both control with rhyme; a 词's only on a model with 词林正韵 tokens); prompt, acrostic: in
-    the model's script; keywords: each row's keywords (one tuple for every row, or one per row),
-    cleaned, in the model's script; keywords_forced; title_plan_words: the words a title planned
-    (the keywords), or None without a plan; plans: each row's given plan ids; to_draw: the plan
-    tokens the model draws itself; constraint: the masks of the form, tune or acrostic
-    (`TemplateConstraint`, checked; None without templates or where a 诗's plan token alone asks);
-    free_keywords: whether a free poem's forced keywords are placed (`FreeKeywords`).
-    """
+    """What `decide` made of the options, once (frozen): the processors, `sample.py`, the studio and
+    evaluation read it, and none decides again. form: `CI` for a 词, None for a free poem; tunes:
+    each 词's tune, resolved before the title's plan (() for a 诗); templates: each row's, or one
+    tuple for every row; rhyme: kept (a 诗's meter keeps it); plan_rhymes: the plan's rhyme slot
+    names a rhyme (a 词's only with 词林正韵 tokens); prompt, acrostic, keywords (one tuple for every
+    row, or one per row): cleaned, in the model's script; title_plan_words: a title's planned words
+    (None: no plan); plans: each row's given plan ids; to_draw: the plan tokens the model draws;
+    constraint: the masks of the form, tune or acrostic (None without, or for a 诗 under soft
+    control); free_keywords: a free poem's forced keywords are placed (`FreeKeywords`)."""
     form: str | None
     tunes: tuple[str, ...]
     templates: tuple[tuple[Template, ...], ...]
@@ -246,18 +237,12 @@ def rule_processors(engine: Engine, d: Decision, opts: SamplingOptions) -> list[
     return [FreeKeywords(engine.tokenizer, list(d.keywords), d.prompt, opts.max_new_tokens - d.to_draw, opts.seed)]
 
 
-def check_keywords(engine: Engine, opts: SamplingOptions) -> None:
-    """raises ValueError, as `poem_steps` would before sampling, if `opts`' keywords cannot all be
-    written with its other controls, forced (without sampling)."""
-    decide(engine, replace(opts, keywords_forced=True))
-
-
+@dataclass
 class PoemSteps:
     """The iterator of `poem_steps` (each drawn token's `Step`, and a prompt that follows a drawn plan
     as (B, n) int64), with the `decision` it samples by."""
-
-    def __init__(self, steps: Iterator[Step | torch.Tensor], decision: Decision):
-        self.steps, self.decision = steps, decision
+    steps: Iterator[Step | torch.Tensor]
+    decision: Decision
 
     def __iter__(self) -> PoemSteps:
         return self

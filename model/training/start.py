@@ -10,7 +10,7 @@
 
 `resolve_start` reads the options and the checkpoints once and returns a frozen `Start`. Hydra's
 callback `CheckStart` resolves it before the run's folder is made (a refused run writes nothing),
-and `train()` gets the same record: the resolution is kept for the config and checkpoint files it
+and `train()` takes the same record: the resolution is kept for the config and checkpoint files it
 was made from (their names, sizes and times), so the second call reads nothing again.
 """
 from __future__ import annotations
@@ -53,9 +53,11 @@ class Start:
 _kept: tuple[tuple, Start] | None = None
 
 
-def resolve_start(cfg: DictConfig) -> Start:
+def resolve_start(cfg: DictConfig, keep: bool = True) -> Start:
     """The start `cfg` asks for (`ckpt_path`, `init_from`, `experiment=finetune`), the checkpoints
-    read once (a second call with the same options and files returns the same record).
+    read once: a call with the same options and files as the one before returns its record; keep:
+    whether a next call may still do so (`train()` takes it: the next run resolves its own, and
+    Lightning's restoring never reaches a record kept).
 
     raises FileNotFoundError / ValueError in one line: a missing checkpoint or base;
     `experiment=finetune` without `init_from`; `init_from` beside a `ckpt_path` that is no
@@ -65,9 +67,9 @@ def resolve_start(cfg: DictConfig) -> Start:
     ckpt_path = find_checkpoint(cfg.ckpt_path, cfg.paths.checkpoint_dir) if cfg.get("ckpt_path") else None
     key = (_stamp(ckpt_path), cfg.get("init_from"), _stamp_of(cfg.get("init_from"), cfg.paths.checkpoint_dir),
            is_finetuning(cfg), tuple(cfg.data.get("poets") or ()), Path(cfg.data.corpus_path).name)
-    if _kept is None or _kept[0] != key:
-        _kept = (key, _decide(cfg, ckpt_path))
-    return _kept[1]
+    start = _kept[1] if _kept is not None and _kept[0] == key else _decide(cfg, ckpt_path)
+    _kept = (key, start) if keep else None
+    return start
 
 
 def _stamp(path: Path | None) -> tuple | None:
