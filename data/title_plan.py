@@ -39,7 +39,7 @@ from data.paths import cache_dir as cache_location
 from data.verse.plan import clean_title
 from data.verse.poetry import VERSE_FORMS, is_hanzi, split_lines
 from data.verse.script import corpus_to_script
-from data.verse.tunes import find_tune, tunes
+from data.verse.tunes import tunes
 
 log = logging.getLogger(__name__)
 CORPUS = CORPUS_DIR / "tang.jsonl.xz"
@@ -187,10 +187,10 @@ def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
 
 
 def plan_size(form: str | None, tune: str = "") -> int:
-    """Words planned for a poem of `form`, or a 词 to `tune` (either script) (module docstring): a
-    couplet each, a stanza each, else 2. raises ValueError for an unknown tune."""
+    """Words planned for a poem of `form`, or a 词 to `tune` (a tune's name as `find_tune` gives it,
+    resolved by the caller once) (module docstring): a couplet each, a stanza each, else 2."""
     if tune:
-        return 1 if tunes()[find_tune(tune)][0].stanza is None else 2
+        return 1 if tunes()[tune][0].stanza is None else 2
     return VERSE_FORMS[form][0] // 2 if form in VERSE_FORMS else 2
 
 

@@ -15,16 +15,21 @@ from dataclasses import replace
 
 from data.title_plan import check_mode, nothing_planned, plan_size, planner
 from data.tokenizer import CharTokenizer
+from data.verse.tunes import find_tune
 from model.engine import Engine
 from model.sampling.conditions import check_title, per_row
 
 
 def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> list[str]:
     """The words planned for one title (either script; checked as `check_title`) of a poem of `form`
-    or a 词 to `tune`, in the model's script; [] for no title. raises ValueError as `check_title`,
-    `plan_size`."""
+    or a 词 to `tune` (either script, resolved here: the studio's and the benchmarks' entry), in the
+    model's script; [] for no title. raises ValueError as `check_title`, or for an unknown tune."""
+    return _planned(engine, title, plan_size(form, find_tune(tune) if tune else ""))
+
+
+def _planned(engine: Engine, title: str, size: int) -> list[str]:
     title = check_title(engine, title)
-    return planner(engine.script).plan(title, plan_size(form, tune)) if title else []
+    return planner(engine.script).plan(title, size) if title else []
 
 
 def asks_for_plan(opts) -> bool:
@@ -48,7 +53,7 @@ def with_plan(engine: Engine, opts, form: str | None = None, tune: str = ""):
     """`opts` (`SamplingOptions`) with its title's plan as keywords (one list per poem when the
     titles are one per poem), forced or as hints by `title_plan`; unchanged without a title, with
     keywords given, or with `title_plan=false`. form, tune: the poem's, as decided (`decide`: the
-    tune resolved first), which size the plan (`plan_size`). The words are kept only where every
+    tune resolved once, first), which size the plan (`plan_size`). The words are kept only where every
     character is in the model's vocabulary. A model with another tokenizer than characters, or
     `control=soft` (no masks), gets no forced plan: the title alone.
     raises ValueError for a bad `title_plan` or title."""
@@ -57,7 +62,7 @@ def with_plan(engine: Engine, opts, form: str | None = None, tune: str = ""):
         return opts  # forced keywords are masks of a character model: the title alone
     if not asks_for_plan(opts):
         return opts
-    rows = [[w for w in plan_title(engine, t, form, tune) if not engine.tokenizer.unknown(w)]
+    rows = [[w for w in _planned(engine, t, plan_size(form, tune)) if not engine.tokenizer.unknown(w)]
             for t in per_row(opts.title, opts.num_samples, "title")]
     if not any(rows):
         return opts
