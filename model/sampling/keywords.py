@@ -10,7 +10,7 @@ import random
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import partial
-from typing import Iterable, Sequence
+from typing import Hashable, Iterable, Sequence
 
 import torch
 
@@ -19,7 +19,7 @@ from data.tokenizer import CharTokenizer
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORMS, LINE_END, is_hanzi
 from data.verse.templates import FREE_LENGTHS, Template, form_templates
-from model.sampling.rules import Acrostic, Tones, only
+from model.sampling.rules import Acrostic, Row, Rule, Tones, only
 
 MAX_FREE_LINE = max(FREE_LENGTHS)
 """The longest line a keyword may fill without a form (7, as the longest regulated line)."""
@@ -178,6 +178,39 @@ class Placement:
             said = f"the keywords {'、'.join(words)} cannot all" if len(words) > 1 else f"the keyword {words[0]} cannot"
             rules = [*rules, *(["one keyword to each part of the poem"] * (len(words) > 1))]
             raise ValueError(f"{said} be placed in {name} with {', '.join(rules)}")
+
+
+class Keywords(Rule):
+    """`keywords` in a form, tune or acrostic (`TemplateConstraint`): each row's keywords placed by
+    `placement` from its position `first` on (after the prompt); no line closes inside a keyword, no
+    poem before its keywords."""
+
+    def __init__(self, placement: Placement):
+        self.kw = placement
+
+    def key(self, row: Row) -> Hashable:
+        return row.kw and self.kw.key(row.kw, row.k, row.live)
+
+    def mask(self, i: int, row: Row) -> torch.Tensor | None:
+        return None if row.kw is None else self.kw.mask(i, row.k, row.kw, row.live)
+
+    def why_not(self, i: int, row: Row, c: str) -> str | None:
+        if row.kw is None or row.k < self.kw.first:
+            return None
+        self.kw.key(row.kw, row.k, row.live)
+        chars = self.kw.allowed(i, row.k, row.kw, row.live)
+        return None if chars is None or c in chars else "the keywords could not all be placed after it"
+
+    def advance(self, row: Row, c: str, live: frozenset[int]) -> None:
+        if row.kw is not None and row.k >= self.kw.first:
+            row.kw.advance(c, {w for i in live for w in self.kw.starts(i, row.k, row.kw)})
+
+    def may_close(self, row: Row, end: bool) -> bool:
+        return row.kw is None or not (row.kw.open or end and row.kw.pending)
+
+    def close(self, row: Row) -> None:
+        if row.kw is not None:
+            row.kw.advance(None)
 
 
 class FreeKeywords:

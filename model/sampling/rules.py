@@ -6,7 +6,9 @@ repeating, a bound segment in its partner's 部; a plan's rhyme token fixes the 
 
 For template i at a row's position a rule gives `mask` ((V,) bool, None: anything), `why_not` (why
 character c may not stand, None if it may) and `key` (what its mask depends on beyond the position
-and the live templates: the masks' cache); `advance` moves the row past an allowed character.
+and the live templates: the masks' cache); `advance` moves the row past an allowed character,
+`close` past a line's mark, which `may_close` allows. The keywords are a rule too
+(`model.sampling.keywords.Keywords`).
 """
 from __future__ import annotations
 
@@ -97,6 +99,13 @@ class Rule:
         return None
 
     def advance(self, row: Row, c: str, live: frozenset[int]) -> None:
+        pass
+
+    def may_close(self, row: Row, end: bool) -> bool:
+        """Whether the row's line (end: the poem) may close at its position."""
+        return True
+
+    def close(self, row: Row) -> None:
         pass
 
 
@@ -192,6 +201,12 @@ class Rhyme(Rule):
             if (s := self.due(i, row)) is not None and (have := self.classes.get(c, frozenset()) & self.allowed(i, row, s)):
                 row.rhyme = row.rhyme[:s] + (have,) + row.rhyme[s + 1:]
                 row.used = row.used | {c}
+
+    def repeats(self, row: Row) -> frozenset[str]:
+        """The characters the row has rhymed with, where a rhyme is due at its position (banned while
+        others are left), else none."""
+        due = not row.ended and any(self.due(i, row) is not None for i in row.live)
+        return row.used if due else frozenset()
 
     def plan_class(self, row: Row, token: int) -> None:
         """A plan's rhyme token: the class it names, where the row's first segment can rhyme in it."""

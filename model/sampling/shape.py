@@ -19,7 +19,7 @@ from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import is_hanzi
 from data.verse.templates import CI_BOOK, Template
 from data.verse.tunes import tunes
-from model.sampling.keywords import KeywordRow, Placement
+from model.sampling.keywords import KeywordRow, Keywords, Placement
 from model.sampling.rules import Acrostic, Row, Rule, Tones, only, rhyme_rule, vocabulary_tables
 
 
@@ -59,10 +59,11 @@ class TemplateConstraint:
         if self.tones and self.acrostic:  # the templates whose line openings the acrostic fits
             self.groups = [self._fitting(g, acrostic) for g in self.groups]
         self.rhyme = rhyme_rule(tokenizer, script, self.templates, self.plan) if rhyme else None
-        self.rules: list[Rule] = [r for r in (self.acrostic, self.tones, self.rhyme) if r is not None]
         self.keywords = [tuple(w for w in row if w not in prompt) for row in keywords]
         self.kw = Placement(self.templates, self.tones, self.acrostic, sum(map(is_hanzi, prompt)), seed, self.only) \
             if any(self.keywords) else None
+        self.rules: list[Rule] = [r for r in (self.acrostic, self.tones, self.rhyme, self.kw and Keywords(self.kw))
+                                  if r is not None]
         self.prompt_rhyme = [None] * len(self.groups)  # per group: the classes a prompt's rhyme leaves
         self.rows: list[Row] = []
         self.consumed = 0
@@ -198,20 +199,13 @@ class TemplateConstraint:
                 return self._why_no_mark(row)
             row.live, row.marked = live, True
             row.ended = all(self.templates[i].length == row.k for i in live)
-            if row.kw is not None:
-                row.kw.advance(None)
+            for rule in self.rules:
+                rule.close(row)
             return None
         results = {i: self._char_ok(i, row, c) for i in row.live}
         live = frozenset(i for i, why in results.items() if why is None)
         if not live:
             return next(iter(results.values()))
-        if row.kw is not None and row.k >= self.kw.first:  # the keywords: templates that allow c, and what c opens
-            self.kw.key(row.kw, row.k, row.live)
-            live = frozenset(i for i in live if (chars := self.kw.allowed(i, row.k, row.kw, row.live)) is None
-                             or c in chars)
-            if not live:
-                return "the keywords could not all be placed after it"
-            row.kw.advance(c, {w for i in live for w in self.kw.starts(i, row.k, row.kw)})
         for rule in self.rules:
             rule.advance(row, c, live)
         row.live, row.k, row.marked = live, row.k + 1, False
@@ -221,16 +215,11 @@ class TemplateConstraint:
         """((V,) bool, the tokens none of the row's templates allows next (shared: do not modify);
         the ids of the characters the row has rhymed with, where a rhyme is due here ([]: none)).
         Masks are kept per state; `__call__` bans the rhymed characters too while others are left."""
-        if row.ended:
-            key = ("ended",)
-        else:
-            key = (row.k, row.marked, row.live, *(rule.key(row) for rule in self.rules),
-                   row.kw and self.kw.key(row.kw, row.k, row.live))
+        key = ("ended",) if row.ended else (row.k, row.marked, row.live, *(rule.key(row) for rule in self.rules))
         if key not in self._masks:
             self._masks[key] = ~self._mask_of(row)
         banned = self._masks[key]
-        due = self.rhyme is not None and not row.ended and any(self.rhyme.due(i, row) is not None for i in row.live)
-        used = [self.tok.stoi[c] for c in row.used] if due else []
+        used = [self.tok.stoi[c] for c in self.rhyme.repeats(row)] if self.rhyme is not None else []
         return (banned & ~self.plan_tokens(g) if row.plan_left else banned), used
 
     def _mask_of(self, row: Row) -> torch.Tensor:
@@ -240,17 +229,14 @@ class TemplateConstraint:
             return allowed
         for i in row.live:
             kind, mark = self._expects(i, row)
-            if kind != "char" and row.kw is not None and (row.kw.open or kind == "end" and row.kw.pending):
-                continue  # no line ends inside a keyword, no poem before its keywords
             if kind != "char":
-                allowed[self.tok.eos_id if kind == "end" else self.tok.stoi[mark]] = True
+                if all(rule.may_close(row, kind == "end") for rule in self.rules):
+                    allowed[self.tok.eos_id if kind == "end" else self.tok.stoi[mark]] = True
                 continue
             mask = self.hanzi
             for rule in self.rules:
                 if (m := rule.mask(i, row)) is not None:
                     mask = mask & m
-            if row.kw is not None and (words := self.kw.mask(i, row.k, row.kw, row.live)) is not None:
-                mask = mask & words
             allowed |= mask
         return allowed
 
