@@ -16,6 +16,10 @@
 3. **Relevance** (no person needed): the cosine of TF-IDF character 1–2-gram vectors between
    a condition's text (a title; keywords) and a poem. Given: poems sampled for held-out titles;
    chance: the same poems against another poem's title; ceiling: the real poems and their titles.
+3b. **Relevance without the title's echo** (issue 60): a reader discounts a poem that repeats its
+   title, so the title's characters are taken out of the poem, which is then compared with what
+   poems on titles like it say (the poems of the nearest training titles, `topic_relevance`), for
+   the free poems, 五绝 and 七律, beside the real poems and chance.
 4. **Keyword hints** (`keywords_forced=false`): the share of poems holding all their keywords
    (and each keyword) when given as hints only, beside the same sampling without them (chance);
    keywords are TextRank's two of held-out poems (`data.keywords.poem_keywords`).
@@ -50,6 +54,7 @@ from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
 from data.corpus_io import iter_corpus  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.keywords import poem_keywords  # noqa: E402
+from data.title_plan import NEIGHBOURS  # noqa: E402
 from data.verse.meter import poem_lines  # noqa: E402
 from data.verse.plan import clean_title, segment_ids  # noqa: E402
 from data.verse.script import corpus_to_script  # noqa: E402
@@ -64,7 +69,7 @@ from model.sampling.title_plan import plan_title  # noqa: E402
 from model.training.finetune import finetune_tag  # noqa: E402
 
 CORPUS = ROOT / "data" / "corpus" / "tang.jsonl.xz"
-PARTS = ("title", "relevance", "hints", "poet", "probe", "finetune")
+PARTS = ("title", "relevance", "topic", "hints", "poet", "probe", "finetune")
 
 
 def per_poem_nats(engine, tokens: np.ndarray, unscored: np.ndarray, protocol: str) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +200,61 @@ def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
             "examples": [{"title": t, "words": w, "poem": p} for t, w, p in list(zip(titles, words, planned))[:5]]}
 
 
+TOPIC_FORMS = ("free", "wujue", "qilv")
+"""The forms `topic_relevance` samples for each title (free: no form)."""
+
+
+def without(text: str, chars: set[str]) -> str:
+    """`text` with these characters taken out."""
+    return "".join(c for c in text if c not in chars)
+
+
+def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: int = 300) -> dict:
+    """Relevance without the title's echo (module docstring, 3b; issue 60): for the first n held-out
+    titled poems, the cosine (TF-IDF character 1–2-grams of the training poems, unit rows) between a
+    poem with its title's characters taken out and the title's topic: the mean vector of the poems of
+    the `NEIGHBOURS` training titles nearest it (cosine of the titles' TF-IDF character 1–2-grams,
+    as the title plan finds them), the title's characters taken out of them too (the unit mean; 0
+    for a title no training title shares a character with).
+    Per form (`TOPIC_FORMS`), poems sampled in one batch for the titles: with the title's plan
+    (`title_plan=true`), the same with the planned words' characters taken out as well, with the title
+    alone (`title_plan=false`), untitled; the real held-out poems; chance: the real poems against
+    the next title's topic. Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vec = vectorizer([p["text"] for p in train])
+    titled = [p for p in val if clean_title(p["title"])][:n]
+    titles = [clean_title(p["title"]) for p in titled]
+    by_title = TfidfVectorizer(analyzer="char", ngram_range=(1, 2)).fit([clean_title(p["title"]) for p in train])
+    train_titles = by_title.transform([clean_title(p["title"]) for p in train])  # (N, G), unit rows
+    topics = []
+    for t, sims in zip(titles, (by_title.transform(titles) @ train_titles.T).toarray()):  # (N,) each
+        near = [i for i in np.argsort(-sims, kind="stable")[:NEIGHBOURS] if sims[i] > 0]
+        mean = np.asarray(vec.transform([without(train[i]["text"], set(t)) for i in near]).mean(0)).ravel() \
+            if near else np.zeros(len(vec.vocabulary_))
+        topics.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
+    topics = np.stack(topics)  # (n, F)
+
+    def score(poems: list[str], extra: list[set[str]] | None = None, shift: int = 0) -> float:
+        kept = [without(p, set(t) | (extra[i] if extra else set())) for i, (p, t) in enumerate(zip(poems, titles))]
+        rows = vec.transform(kept)  # (n, F), unit rows
+        return round(float(np.mean(rows.multiply(np.roll(topics, -shift, axis=0)).sum(1))), 4)
+    real = [p["text"] for p in titled]
+    out = {"titles": len(titles), "real_poems": score(real), "chance": score(real, shift=1), "forms": {}}
+    for form in TOPIC_FORMS:
+        shape = {} if form == "free" else {"form": form}
+        words = [set("".join(plan_title(engine, t, shape.get("form")))) for t in titles]
+        planned = sample_poems(engine, SamplingOptions(num_samples=len(titles), title=titles, seed=seed, **shape))
+        alone = sample_poems(engine, SamplingOptions(num_samples=len(titles), title=titles, seed=seed,
+                                                     title_plan=False, **shape))
+        untitled = sample_poems(engine, SamplingOptions(num_samples=len(titles), seed=seed, **shape))
+        out["forms"][form] = {"plan": score(planned), "plan_without_its_words": score(planned, words),
+                              "title_alone": score(alone), "untitled": score(untitled)}
+    for row in out["forms"].values():
+        row["halfway"] = round((row["plan"] - out["chance"]) / max(out["real_poems"] - out["chance"], 1e-12), 4)
+    return out
+
+
 def keyword_hints(engine, val: list[dict], n: int) -> dict:
     """Keyword hints (module docstring, 4.) on n held-out poems' two keywords: shares in [0, 1], hinted and chance."""
     chosen = [(p, poem_keywords(p["text"], 2)) for p in val[:n * 2]]
@@ -312,11 +372,13 @@ def main(argv=None) -> None:
     p.add_argument("--ckpt", default="checkpoints/bench-fixed-time-default", help="the run (default: %(default)s)")
     p.add_argument("--per-poet", type=int, default=10, help="poems sampled per poet (default: %(default)s)")
     p.add_argument("--titles", type=int, default=200, help="held-out titles sampled for (default: %(default)s)")
+    p.add_argument("--topic-titles", type=int, default=300,
+                   help="held-out titles of the relevance without the title's echo (default: %(default)s)")
     p.add_argument("--keyword-poems", type=int, default=300, help="poems given hints (default: %(default)s)")
     p.add_argument("--finetune-poets", type=int, default=5, help="most prolific poets fine-tuned (default: %(default)s)")
     p.add_argument("--finetune-poems", type=int, default=300,
                    help="poems sampled per fine-tuned poet (default: %(default)s)")
-    p.add_argument("--parts", default="title,relevance,hints,poet,probe,finetune",
+    p.add_argument("--parts", default=",".join(PARTS),
                    help="which figures, comma-separated (default: all)")
     p.add_argument("--override", action="append", default=[], help="a train.py override for the fine-tuning runs")
     p.add_argument("--finetune-poet", action="append", default=[], help="fine-tune this poet (instead of the top ones)")
@@ -334,6 +396,7 @@ def main(argv=None) -> None:
     train, val = heldout(engine.script, "train"), heldout(engine.script)
     figures = {"title": ("title_bpc", lambda: title_value(engine)),
                "relevance": ("relevance", lambda: title_relevance(engine, train, val, args.titles)),
+               "topic": ("topic_relevance", lambda: topic_relevance(engine, train, val, args.topic_titles)),
                "hints": ("keyword_hints", lambda: keyword_hints(engine, val, args.keyword_poems)),
                "poet": ("poet", lambda: poet_figures(engine, train, val, args.per_poet)),
                "probe": ("probe_with_title", lambda: {"probe": PROBE, "title": PROBE_TITLE,

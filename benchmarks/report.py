@@ -281,7 +281,7 @@ def conditions(res: dict) -> str:
     return block(
         res, "conditions-cpu", ["protocol, held-out poems", "val/bpc, no title", "given the true title", "difference",
                                 "95 % interval"],
-        rows, relevance_text(rel),
+        rows, relevance_text(rel), *topic_text(c.get("topic_relevance")),
         f"Keyword hints (`keywords_forced=false`, {kw['poems']} poems, two TextRank keywords of a held-out poem each): "
         f"every keyword in {kw['hints']['all']:.1%} of the poems, each keyword {kw['hints']['each']:.1%}; without the "
         f"hints {kw['chance']['all']:.1%} / {kw['chance']['each']:.1%} (chance).",
@@ -291,6 +291,19 @@ def conditions(res: dict) -> str:
         f"The probe 「{pr['probe']}」 after `<题>{pr['title']}`: per layer, the share of its characters' attention on "
         "the title, and how far their attention over the probe moves (total variation): "
         + "; ".join(f"L{i} {r['to_title']:.1%}, {r['moved']:.3f}" for i, r in enumerate(pr["layers"])) + ".")
+
+
+def topic_text(topic: dict | None) -> list[str]:
+    """The relevance without the title's echo (`conditions.topic_relevance`): a sentence and a table per form."""
+    if not topic:
+        return []
+    rows = [[f"`{form}`", *(f"{r[k]:.3f}" for k in ("plan", "plan_without_its_words", "title_alone", "untitled")),
+             f"{r['halfway']:.2f}"] for form, r in topic["forms"].items()]
+    return [f"Relevance without the title's echo ({topic['titles']} held-out titles; the title's characters taken out "
+            "of the poem, which is compared with the poems of the training titles nearest it): the real poems "
+            f"{topic['real_poems']:.3f}, chance (the real poems against another title) {topic['chance']:.3f}; "
+            "halfway: the plan's share of the way from chance to the real poems.",
+            table(["form", "with the plan", "its words taken out too", "title alone", "untitled", "halfway"], rows)]
 
 
 def relevance_text(rel: dict) -> str:

@@ -25,7 +25,7 @@ SMALL = {
     "python benchmarks/ablation.py": ["--batch", "2", "--rounds", "1"],
     "python benchmarks/tokenizers.py": ["--minutes", "0", "--encodings"],
     "python benchmarks/mfu.py": ["--model", "tiny", "--device", "cpu", "--batch", "2", "--steps", "2", "--warmup", "1"],
-    "python benchmarks/conditions.py": ["--per-poet", "1", "--titles", "2", "--keyword-poems", "2"],
+    "python benchmarks/conditions.py": ["--per-poet", "1", "--titles", "2", "--topic-titles", "2", "--keyword-poems", "2"],
 }
 """Each documented command → the arguments that make it smallest."""
 
@@ -172,6 +172,9 @@ def test_conditions(tmp_path, monkeypatch):
                                                                             "trainer.val_check_interval=1"))])
     r = json.loads((tmp_path / "results" / "conditions-cpu.json").read_text())
     assert set(r["title_bpc"]) == {"poems", "blocks"} and r["poet"]["poets"] == 2 and r["relevance"]["titles"] == 2
+    topic = r["topic_relevance"]
+    assert topic["titles"] == 2 and set(topic["forms"]) == set(conditions.TOPIC_FORMS)
+    assert all(0 <= row[k] <= 1 for row in topic["forms"].values() for k in ("plan", "title_alone", "untitled"))
     assert r["title_bpc"]["poems"]["interval_95"][0] <= r["title_bpc"]["poems"]["difference"]
     assert len(r["probe_with_title"]["layers"]) == cfg.model.n_layer
     tuned = r["finetune"]["poets"][0]
