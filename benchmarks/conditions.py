@@ -54,9 +54,10 @@ from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
 from data.corpus_io import iter_corpus  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.keywords import poem_keywords  # noqa: E402
-from data.title_plan import NEIGHBOURS  # noqa: E402
+from data.title_plan import NEIGHBOURS, planner  # noqa: E402
 from data.verse.meter import poem_lines  # noqa: E402
 from data.verse.plan import clean_title, segment_ids  # noqa: E402
+from data.verse.poetry import VERSE_FORMS  # noqa: E402
 from data.verse.script import corpus_to_script  # noqa: E402
 from data.windows import IGNORE, PoemWindows, Windows  # noqa: E402
 from model.device import commit  # noqa: E402
@@ -217,9 +218,11 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
     as the title plan finds them), the title's characters taken out of them too (the unit mean; 0
     for a title no training title shares a character with).
     Per form (`TOPIC_FORMS`), poems sampled in one batch for the titles: with the title's plan
-    (`title_plan=true`), the same with the planned words' characters taken out as well, with the title
-    alone (`title_plan=false`), untitled; the real held-out poems; chance: the real poems against
-    the next title's topic. Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
+    (`title_plan=true`; `echo`: `title_plan=echo`, the plan before issue 60; `couplet`, for a 律诗:
+    the plan's first word a couplet), each also with the planned words' characters taken out, with
+    the title alone (`title_plan=false`), untitled, each with its form, rhyme and distinct-2
+    (`metrics`); the real held-out poems; chance: the real poems against the next title's topic.
+    Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     vec = vectorizer([p["text"] for p in train])
@@ -239,18 +242,28 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
         kept = [without(p, set(t) | (extra[i] if extra else set())) for i, (p, t) in enumerate(zip(poems, titles))]
         rows = vec.transform(kept)  # (n, F), unit rows
         return round(float(np.mean(rows.multiply(np.roll(topics, -shift, axis=0)).sum(1))), 4)
-    real = [p["text"] for p in titled]
+    real, lines = [p["text"] for p in titled], training_lines(str(CORPUS), engine.script)
     out = {"titles": len(titles), "real_poems": score(real), "chance": score(real, shift=1), "forms": {}}
+
+    def measured(row: dict, name: str, poems: list[str], words: list[set[str]] | None = None) -> None:
+        row[name] = score(poems)
+        if words is not None:
+            row[f"{name}_without_its_words"] = score(poems, words)
+        m = poem_metrics(poems, engine.script, lines)
+        row.setdefault("metrics", {})[name] = {k: m[k] for k in ("regulated", "rhyme_regulated", "distinct_2")}
     for form in TOPIC_FORMS:
-        shape = {} if form == "free" else {"form": form}
-        words = [set("".join(plan_title(engine, t, shape.get("form")))) for t in titles]
-        planned = sample_poems(engine, SamplingOptions(num_samples=len(titles), title=titles, seed=seed, **shape))
-        alone = sample_poems(engine, SamplingOptions(num_samples=len(titles), title=titles, seed=seed,
-                                                     title_plan=False, **shape))
-        untitled = sample_poems(engine, SamplingOptions(num_samples=len(titles), seed=seed, **shape))
-        out["forms"][form] = {"plan": score(planned), "plan_without_its_words": score(planned, words),
-                              "title_alone": score(alone), "untitled": score(untitled)}
-    for row in out["forms"].values():
+        shape = {"num_samples": len(titles), "seed": seed, **({} if form == "free" else {"form": form})}
+        row = out["forms"][form] = {}
+        for name, mode in (("plan", True), ("echo", "echo")):  # title_plan=echo: the plan before issue 60
+            words = [set("".join(plan_title(engine, t, shape.get("form"), echo=mode == "echo"))) for t in titles]
+            measured(row, name, sample_poems(engine, SamplingOptions(title=titles, title_plan=mode, **shape)), words)
+        if form in ("wulv", "qilv"):  # the A/B of issue 60: a word a couplet instead of a word a line
+            rows = [[w for w in planner(engine.script).plan(t, VERSE_FORMS[form][0] // 2) if not engine.tokenizer.unknown(w)]
+                    for t in titles]
+            measured(row, "couplet", sample_poems(engine, SamplingOptions(title=titles, keywords=rows, **shape)),
+                     [set("".join(w)) for w in rows])
+        measured(row, "title_alone", sample_poems(engine, SamplingOptions(title=titles, title_plan=False, **shape)))
+        measured(row, "untitled", sample_poems(engine, SamplingOptions(**shape)))
         row["halfway"] = round((row["plan"] - out["chance"]) / max(out["real_poems"] - out["chance"], 1e-12), 4)
     return out
 

@@ -294,16 +294,23 @@ def conditions(res: dict) -> str:
 
 
 def topic_text(topic: dict | None) -> list[str]:
-    """The relevance without the title's echo (`conditions.topic_relevance`): a sentence and a table per form."""
+    """The relevance without the title's echo (`conditions.topic_relevance`): a sentence and a table per form and
+    plan (its relevance, with its words taken out too, regular form, rhyme, distinct-2)."""
     if not topic:
         return []
-    rows = [[f"`{form}`", *(f"{r[k]:.3f}" for k in ("plan", "plan_without_its_words", "title_alone", "untitled")),
-             f"{r['halfway']:.2f}"] for form, r in topic["forms"].items()]
+    labels = {"plan": "`title_plan=true`", "echo": "`title_plan=echo`", "couplet": "a word a couplet",
+              "title_alone": "title alone", "untitled": "untitled"}
+    rows = [[f"`{form}`", label, f"{r[name]:.3f}", f"{r[f'{name}_without_its_words']:.3f}"
+             if f"{name}_without_its_words" in r else "–",
+             *(f"{r['metrics'][name][k]:.1%}" for k in ("regulated", "rhyme_regulated", "distinct_2"))]
+            for form, r in topic["forms"].items() for name, label in labels.items() if name in r]
+    halfway = ", ".join(f"`{form}` {r['halfway']:.2f}" for form, r in topic["forms"].items())
     return [f"Relevance without the title's echo ({topic['titles']} held-out titles; the title's characters taken out "
             "of the poem, which is compared with the poems of the training titles nearest it): the real poems "
-            f"{topic['real_poems']:.3f}, chance (the real poems against another title) {topic['chance']:.3f}; "
-            "halfway: the plan's share of the way from chance to the real poems.",
-            table(["form", "with the plan", "its words taken out too", "title alone", "untitled", "halfway"], rows)]
+            f"{topic['real_poems']:.3f}, chance (the real poems against another title) {topic['chance']:.3f}; the "
+            f"plan's share of the way from chance to the real poems: {halfway}.",
+            table(["form", "poems", "relevance", "its words taken out too", "regular form", "rhyme", "distinct-2"],
+                  rows)]
 
 
 def relevance_text(rel: dict) -> str:

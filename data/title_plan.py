@@ -9,11 +9,14 @@ Built once from the training poems (`TitlePlanner.build`, cached by `load_planne
   of unit length.
 
 `TitlePlanner.plan(title, k)`:
-1. the title's own words (jieba) of 2 or 3 characters that at least `MIN_POEMS` poems use, in
-   title order, less a series' count (十首, 二首: a word with 首 or of numerals only);
-2. expansion: the `NEIGHBOURS` training titles nearest the title (cosine of the TF-IDF rows), and
+1. expansion: the `NEIGHBOURS` training titles nearest the title (cosine of the TF-IDF rows), and
    each two-character word of their poems found in at least `MIN_POEMS` poems, scored by the sum
-   of the neighbours' similarities times the word's idf over all poems (common words count less);
+   of the neighbours' similarities times the word's idf over all poems (common words count less),
+   less the words that share a character with the title (the poem's sub-topics, not its title's
+   echo, which a reader discounts; issue 60);
+2. where expansion finds too few, the title's own words (jieba) of 2 or 3 characters that at least
+   `MIN_POEMS` poems use, in title order, less a series' count (十首, 二首: a word with 首 or of
+   numerals only); `echo=True` takes these first, the plan before issue 60 (`title_plan=echo`);
 3. words taken best first, skipping a word that shares a character with one already taken, until k.
 A title none of whose characters a training title has plans nothing ([]). Deterministic: the same
 title gives the same words (ties go to the word seen first in the corpus).
@@ -36,6 +39,7 @@ from scipy import sparse
 from data.corpus_io import load_corpus
 from data.paths import CORPUS_DIR, PACKAGE_DIR
 from data.paths import cache_dir as cache_location
+from data.verse.ci import CI
 from data.verse.plan import clean_title
 from data.verse.poetry import VERSE_FORMS, is_hanzi, split_lines
 from data.verse.script import corpus_to_script
@@ -45,7 +49,7 @@ log = logging.getLogger(__name__)
 CORPUS = CORPUS_DIR / "tang.jsonl.xz"
 """The corpus whose training poems the plan draws from (every model's reference corpus)."""
 CACHE_DIR = PACKAGE_DIR / "cache"
-PLAN_MODES = (True, False, "hints")
+PLAN_MODES = (True, False, "hints", "echo")
 PLAN_VERSION = 3  # bump when the index format or its words change
 NEIGHBOURS = 50
 """How many nearest training titles lend their poems' words (step 2)."""
@@ -114,9 +118,9 @@ class TitlePlanner:
         poems = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(n, len(words)))
         return cls(list(grams), gram_idf, titles_m, list(words), np.bincount(cols, minlength=len(words)), poems)
 
-    def plan(self, title: str, k: int) -> list[str]:
-        """Up to k words to write a poem on `title` around (module docstring); [] if no training title
-        shares a character with it."""
+    def plan(self, title: str, k: int, echo: bool = False) -> list[str]:
+        """Up to k words to write a poem on `title` around (module docstring; echo: the title's own
+        words first); [] if no training title shares a character with it."""
         q = np.zeros(len(self.grams))
         for g in set(_ngrams(title)):
             if (i := self.gram_ids.get(g)) is not None:
@@ -129,7 +133,8 @@ class TitlePlanner:
         scores = np.asarray(self.poems[near].T @ sims[near]).ravel() * self.word_idf  # (W,)
         own = [w for w in words_of(title) if w in self.word_ids and len(w) <= 3 and "首" not in w
                and self.df[self.word_ids[w]] >= MIN_POEMS and not set(w) <= NUMERALS]
-        ranked = own + [self.words[i] for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+        expansion = [self.words[i] for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+        ranked = own + expansion if echo else [w for w in expansion if not set(w) & set(title)] + own
         chosen: list[str] = []
         for w in ranked:
             if len(chosen) == k:
@@ -186,19 +191,27 @@ def load_planner(corpus_path: str, cache_dir: str, script: str) -> TitlePlanner:
 
 
 
-def plan_size(form: str | None, tune: str = "") -> int:
+FREE_PLAN = 4
+"""Words planned for a free poem: one a line of a 绝句, the commonest length of the poems."""
+
+
+def plan_size(form: str | None, tune: str = "", echo: bool = False) -> int:
     """Words planned for a poem of `form`, or a 词 to `tune` (a tune's name as `find_tune` gives it,
-    resolved by the caller once) (module docstring): a couplet each, a stanza each, else 2."""
-    if tune:
-        return 1 if tunes()[tune][0].stanza is None else 2
-    return VERSE_FORMS[form][0] // 2 if form in VERSE_FORMS else 2
+    resolved by the caller once): a line each (a free poem `FREE_PLAN`), a stanza each for a 词;
+    echo: the plan before issue 60, a couplet each, a stanza each, else 2."""
+    if tune or form == CI:  # a 词 to a tune drawn per poem: two stanzas, the commonest
+        return 1 if tune and tunes()[tune][0].stanza is None else 2
+    if form in VERSE_FORMS:
+        return VERSE_FORMS[form][0] // (2 if echo else 1)
+    return 2 if echo else FREE_PLAN
 
 
 def check_mode(title_plan: Any) -> bool | str:
     """`title_plan` as one of `PLAN_MODES` (strings true/false accepted). raises ValueError otherwise."""
     mode = {"true": True, "false": False}.get(str(title_plan).lower(), title_plan)
     if mode not in PLAN_MODES:
-        raise ValueError(f"title_plan={title_plan!r} is not one of true (forced words), hints, false")
+        raise ValueError(f"title_plan={title_plan!r} is not one of true (forced words), echo (forced, the title's "
+                         "own words first), hints, false")
     return mode
 
 

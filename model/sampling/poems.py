@@ -45,7 +45,7 @@ class SamplingOptions:
     `data.verse.poetry.VERSE_FORMS`, `ci` (with tune, or drawn per 词 by share) or None; keywords: a
     list, a string split at `,`/`，`/`、`, or one list per poem; keywords_forced: false gives them as
     hints (a model trained with conditions); title, poet: a string or one per poem; title_plan:
-    True | "hints" | False (`model.sampling.title_plan`); rhyme: needs a form, tune or acrostic;
+    True | "echo" | "hints" | False (`model.sampling.title_plan`); rhyme: needs a form, tune or acrostic;
     meter: needs a form or tune (a form's implies rhyme); repetition_penalty: 1.0 = off;
     temperature 0 = greedy; control: hard | soft | both | None (both with plan tokens, else hard).
     """
@@ -61,7 +61,7 @@ class SamplingOptions:
     keywords: Any = ""  # str | list[str] | list[list[str]] (OmegaConf's structured configs take no unions)
     keywords_forced: bool = True
     title: Any = ""  # str | list[str], one per poem
-    title_plan: Any = True  # True | "hints" | False (`model.sampling.title_plan`)
+    title_plan: Any = True  # True | "echo" | "hints" | False (`model.sampling.title_plan`)
     poet: Any = ""  # str | list[str], one per poem
     tune: str = ""
     rhyme: bool = False

@@ -1,8 +1,10 @@
 """The title's plan in sampling (`title_plan`): `title=` without `keywords=` becomes the words a poem
 is written around, chosen by `data.title_plan.TitlePlanner` from the Tang training poems, and handed
-to the keyword machinery as it is: forced (`title_plan=true`, the default; `model.sampling.keywords`
-places them where the model chooses), as hints in the condition segment (`title_plan=hints`, a model
-trained with conditions), or not at all (`title_plan=false`).
+to the keyword machinery as it is: forced (`title_plan=true`, the default: the sub-topics expansion
+finds, a word a line; `title_plan=echo`: the title's own words first, a word a couplet, as before
+issue 60; `model.sampling.keywords` places them where the model chooses), as hints in the
+condition segment (`title_plan=hints`, a model trained with conditions), or not at all
+(`title_plan=false`).
 
 How many words: one per couplet of the form (a 绝句 2, a 律诗 4), one per stanza of a 词's tune (its
 commonest template: 浣溪沙 2, 如梦令 1), two for a poem of free form or a 词 of no tune given. A
@@ -20,16 +22,17 @@ from model.engine import Engine
 from model.sampling.conditions import check_title, per_row
 
 
-def plan_title(engine: Engine, title: str, form: str | None, tune: str = "") -> list[str]:
+def plan_title(engine: Engine, title: str, form: str | None, tune: str = "", echo: bool = False) -> list[str]:
     """The words planned for one title (either script; checked as `check_title`) of a poem of `form`
     or a 词 to `tune` (either script, resolved here: the studio's and the benchmarks' entry), in the
-    model's script; [] for no title. raises ValueError as `check_title`, or for an unknown tune."""
-    return _planned(engine, title, plan_size(form, find_tune(tune) if tune else ""))
+    model's script (echo: `title_plan=echo`'s); [] for no title. raises ValueError as
+    `check_title`, or for an unknown tune."""
+    return _planned(engine, title, plan_size(form, find_tune(tune) if tune else "", echo), echo)
 
 
-def _planned(engine: Engine, title: str, size: int) -> list[str]:
+def _planned(engine: Engine, title: str, size: int, echo: bool = False) -> list[str]:
     title = check_title(engine, title)
-    return planner(engine.script).plan(title, size) if title else []
+    return planner(engine.script).plan(title, size, echo) if title else []
 
 
 def asks_for_plan(opts) -> bool:
@@ -58,12 +61,13 @@ def with_plan(engine: Engine, opts, form: str | None = None, tune: str = ""):
     `control=soft` (no masks), gets no forced plan: the title alone.
     raises ValueError for a bad `title_plan` or title."""
     mode = check_mode(opts.title_plan)
-    if mode is True and (not isinstance(engine.tokenizer, CharTokenizer) or opts.control == "soft"):
+    if mode in (True, "echo") and (not isinstance(engine.tokenizer, CharTokenizer) or opts.control == "soft"):
         return opts  # forced keywords are masks of a character model: the title alone
     if not asks_for_plan(opts):
         return opts
-    rows = [[w for w in _planned(engine, t, plan_size(form, tune)) if not engine.tokenizer.unknown(w)]
+    echo = mode == "echo"
+    rows = [[w for w in _planned(engine, t, plan_size(form, tune, echo), echo) if not engine.tokenizer.unknown(w)]
             for t in per_row(opts.title, opts.num_samples, "title")]
     if not any(rows):
         return opts
-    return replace(opts, keywords=rows[0] if len(rows) == 1 else rows, keywords_forced=mode is True)
+    return replace(opts, keywords=rows[0] if len(rows) == 1 else rows, keywords_forced=mode in (True, "echo"))

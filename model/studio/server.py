@@ -341,7 +341,7 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         try:
             engine = (await anyio.to_thread.run_sync(engine_for, q.get("ckpt_path") or None))[0]
             words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), q.get("form") or None,
-                                                   q.get("tune", ""))  # a tune's plan size before a form's
+                                                   q.get("tune", ""), q.get("title_plan") == "echo")
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
         note = {"note": nothing_planned(q["title"])} if not words and q.get("title") else {}
