@@ -6,8 +6,8 @@ issue 60; `model.sampling.keywords` places them where the model chooses), as hin
 condition segment (`title_plan=hints`, a model trained with conditions), or not at all
 (`title_plan=false`).
 
-How many words: one per couplet of the form (a 绝句 2, a 律诗 4), one per stanza of a 词's tune (its
-commonest template: 浣溪沙 2, 如梦令 1), two for a poem of free form or a 词 of no tune given. A
+How many words (`data.title_plan.plan_size`): one a line of the form (a 绝句 4, a 律诗 8; `echo`: one a
+couplet), four for a free poem (`echo`: two), one per stanza of a 词's tune (浣溪沙 2, 如梦令 1). A
 title the corpus never used (no character of it in a training title) plans nothing, and the poem
 is written to the title alone, as with `title_plan=false`; `unplanned` is the line that says so.
 """
