@@ -91,6 +91,13 @@ class Template:
         """The line (0-based) position k is in."""
         return bisect_right(self.starts, k) - 1
 
+    def expects(self, k: int, marked: bool) -> tuple[str, str | None]:
+        """What comes after k characters (`marked`: the mark after them written): ("mark", the mark),
+        ("end", None) where the poem ends, or ("char", None): the step of every walk of a template."""
+        if k in self.marks and not marked:
+            return "mark", self.marks[k]
+        return ("end", None) if k == self.length else ("char", None)
+
 
 def _shape(n_lines: int, n_chars: int) -> str:
     marks = ["，。"[i % 2] for i in range(n_lines - 1)] + ["。"]

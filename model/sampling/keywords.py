@@ -278,22 +278,20 @@ class FreeKeywords:
         """The row's allowed tokens while it keeps its planned form: placed as in that form."""
         (k, marked), t = row.at, row.planned.templates[0]
         row.planned.key(row, k, (0,))  # the slot is drawn at the first step it is due, a line's end too
-        mask = None if k in t.marks and not marked else row.planned.mask(0, k, row, (0,))
+        mask = row.planned.mask(0, k, row, (0,)) if t.expects(k, marked)[0] == "char" else None
         return self._no_eos if mask is None else (mask | self._plan) & self._no_eos  # the rhyme slot may be still to draw
 
     def _advance(self, row: KeywordRow, c: str) -> None:
         """Move the row past c (drawn or given); a free poem leaves its planned form at the first
         character that breaks it."""
         starts = ()
-        if row.at is not None:
-            k, marked = row.at
-            t = row.planned.templates[0]
-            if is_hanzi(c) and not (k in t.marks and not marked) and k < t.length:
+        if row.at is not None:  # the template's walk (`Template.expects`); None once the poem leaves it
+            (k, marked), t = row.at, row.planned.templates[0]
+            kind, mark = t.expects(k, marked)
+            if kind == "char" and is_hanzi(c):
                 starts, row.at = row.planned.starts(0, k, row), (k + 1, False)
-            elif c == t.marks.get(k) and not marked and k < t.length:
-                row.at = (k, True)
             else:
-                row.at = None
+                row.at = (k, True) if kind == "mark" and c == mark and k < t.length else None
             if row.at is not None and row.at[0] == t.length and row.at[1]:
                 row.at = None  # the poem kept its form to the end
         else:

@@ -170,11 +170,7 @@ class TemplateConstraint:
     # --- one row -------------------------------------------------------------------------------
 
     def _expects(self, i: int, row: Row) -> tuple[str, str | None]:
-        """What template i allows next: ("mark", m), ("end", None) or ("char", None)."""
-        t = self.templates[i]
-        if row.k in t.marks and not row.marked:
-            return "mark", t.marks[row.k]
-        return ("end", None) if row.k == t.length else ("char", None)
+        return self.templates[i].expects(row.k, row.marked)
 
     def _why_no_mark(self, row: Row) -> str:
         i = min(row.live)
