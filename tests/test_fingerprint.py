@@ -13,16 +13,17 @@ def base(train_cfg):
 def test_settings_that_do_not_change_what_is_trained_keep_the_fingerprint(train_cfg, base):
     """Callbacks, logger, paths, the run's name, the attention backend, a spelling of the same
     value: no part differs (the backends compute the same function). A setting left null is left
-    out, as a config written before it existed left it (model.optim.embed_lr)."""
+    out, as a config written before it existed left it (model.optim.embed_lr=null)."""
     same = fingerprint(train_cfg("logger=none", "~callbacks.samples", "run_name=other", "paths.log_dir=/elsewhere",
                                  "attention=naive", "model.optim.lr=0.0040"))
     assert differences(base, same) == []
-    assert "embed_lr" not in base["schedule"]["optim"] and "muon_lr" in base["schedule"]["optim"]
+    assert base["schedule"]["optim"]["embed_lr"] == 0.012 and "muon_lr" in base["schedule"]["optim"]
+    assert "embed_lr" not in fingerprint(train_cfg("model.optim.embed_lr=null"))["schedule"]["optim"]
 
 
 @pytest.mark.parametrize("override, part", [
     ("model.optim.muon_lr=0.03", "schedule"), ("model.optim.weight_decay=0.2", "schedule"),
-    ("model.optim.embed_lr=0.012", "schedule"),
+    ("model.optim.embed_lr=null", "schedule"),
     ("data.mid_poem_fraction=0.5", "data"), ("data.anneal_fraction=0.2", "data"), ("seed=7", "data"),
     ("model.mlp_act=gelu", "model"), ("model.zero_init_proj=false", "model"), ("trainer.max_steps=30", "trainer"),
 ])

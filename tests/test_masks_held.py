@@ -1,5 +1,6 @@
 """The masks held across the sampler's redesign: for every control combination the tests exercise
-(each form with and without rhyme, meter, acrostic, keywords, prompt, title, and the pairs of them
+(each form with and without rhyme, meter, acrostic, keywords, prompt, title (its plan as before, title_plan=echo, and as
+planned since issue 60), and the pairs of them
 the tests combine; five tunes with each; hard on a model without plan tokens, both and soft on one
 with them), the set of tokens the
 processors allow at every step of 20 seeded poems equals what tests/data/masks.json recorded
@@ -40,11 +41,14 @@ ONE_SEARCH = ("one keyword placement for 诗 and 词: no keyword takes a rhyming
               "under rhyme or meter too (the 词's rule; a 诗's keyword could end on a rhyme that rhymed)")
 TWO_TEMPLATES = ("an acrostic without a form is two templates, every line of 5 or of 7, and its keywords are placed "
                  "in both (the 诗 sampler placed them in lines of 5 until a line had a 6th character)")
+SUB_TOPICS = ("issue 60: the title plan's words are the title's sub-topics (expansion first), a word a line; "
+              "title_plan=echo, the plan before, holds the first recording ('title')")
 CHANGED: dict[str, str] = {
     **{f"西江月+{extra}+{control}": BOUND for extra in ("rhyme", "rhyme-keywords", "rhyme-prompt")
        for control in ("hard", "both")},
     **{f"wujue+meter-keywords+{control}": ONE_SEARCH for control in ("hard", "both")},
     **{f"free+acrostic-keywords+{control}": TWO_TEMPLATES for control in ("hard", "both")},
+    **{f"{what}+title-plan+both": SUB_TOPICS for what in (*FORMS, *TUNES)},
 }
 """Combination → why its masks changed on purpose (recorded anew, on the redesigned sampler, with
 `python -m tests.test_masks_held --changed`); every other one holds the first recording's."""
@@ -69,10 +73,11 @@ def combinations() -> dict[str, tuple[str, dict]]:
     for what, n_lines in [*((f, FORMS[f][0]) for f in FORMS), *((t, len(tunes()[t][0].lines)) for t in TUNES)]:
         base = {"form": what} if what in FORMS else {"tune": what}
         extras = {"": {}, "rhyme": {"rhyme": True}, "meter": {"meter": True}, "acrostic": {"acrostic": ACROSTIC[:n_lines]},
-                  "keywords": {"keywords": ["明月", "故乡"]}, "prompt": {"prompt": "春风"}, "title": {"title": "静夜思"}}
+                  "keywords": {"keywords": ["明月", "故乡"]}, "prompt": {"prompt": "春风"}, "title": {"title": "静夜思", "title_plan": "echo"},
+                  "title-plan": {"title": "静夜思"}}
         for extra, opts in extras.items():
             for model, control in (("plain", "hard"), ("plan", "both")):
-                if extra == "title" and model == "plain":
+                if extra.startswith("title") and model == "plain":
                     continue
                 out[f"{what}+{extra or 'alone'}+{control}"] = model, {**base, **opts, "control": control}
         out[f"{what}+soft"] = "plan", {**base, "control": "soft"}

@@ -217,7 +217,7 @@ def test_soft_control_of_a_tune_needs_tune_tokens():
     with pytest.raises(ValueError, match="this model has no tune plan tokens .* use control=hard or both"):
         sample_poems(plan_lit(False).engine, SamplingOptions(tune="浣溪沙", control="soft", max_new_tokens=200))
     with pytest.raises(ValueError, match="nearest: 浣溪沙"):  # the tune is checked without masks too
-        sample_poems(plan_lit(True).engine, SamplingOptions(tune="浣溪纱", control="soft", max_new_tokens=200))
+        sample_poems(plan_lit(True).engine, SamplingOptions(tune="浣溪沙子", control="soft", max_new_tokens=200))
 
 
 def test_a_model_with_tune_tokens_is_evaluated_without_masks_by_its_tune_tokens():
