@@ -73,8 +73,8 @@ def combinations() -> dict[str, tuple[str, dict]]:
     for what, n_lines in [*((f, FORMS[f][0]) for f in FORMS), *((t, len(tunes()[t][0].lines)) for t in TUNES)]:
         base = {"form": what} if what in FORMS else {"tune": what}
         extras = {"": {}, "rhyme": {"rhyme": True}, "meter": {"meter": True}, "acrostic": {"acrostic": ACROSTIC[:n_lines]},
-                  "keywords": {"keywords": ["明月", "故乡"]}, "prompt": {"prompt": "春风"}, "title": {"title": "静夜思", "title_plan": "echo"},
-                  "title-plan": {"title": "静夜思"}}
+                  "keywords": {"keywords": ["明月", "故乡"]}, "prompt": {"prompt": "春风"},
+                  "title": {"title": "静夜思", "title_plan": "echo"}, "title-plan": {"title": "静夜思"}}
         for extra, opts in extras.items():
             for model, control in (("plain", "hard"), ("plan", "both")):
                 if extra.startswith("title") and model == "plain":
