@@ -325,13 +325,17 @@ class PoetryDataModule(L.LightningDataModule):
     def _anneal_sampler(self) -> AnnealSampler | None:
         """The whole run's order with its annealing phase (`data/anneal.py`), this process's share of
         it; None without `anneal_fraction`, or, with a warning, without `trainer.max_steps` (budget
-        mode: the phase is a share of the run's steps)."""
+        mode: the phase is a share of the run's steps) or without a rhymed training poem (a poet's
+        own 词 or free verse may have none)."""
         trainer = self.trainer
         if not self.anneal_fraction:
             return None
-        if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks):
-            rank_zero_only(log.warning)(f"data.anneal_fraction={self.anneal_fraction}: no annealing phase in this run; "
-                                        "it needs trainer.max_steps (the phase is a share of the run's steps)")
+        why = ("it needs trainer.max_steps (the phase is a share of the run's steps)"
+               if trainer is None or trainer.max_steps < 1 or any(isinstance(c, Timer) for c in trainer.callbacks)
+               else "no training poem rhymes" if len(self.anneal_windows) == 0 else None)
+        if why:
+            rank_zero_only(log.warning)(f"data.anneal_fraction={self.anneal_fraction}: "
+                                        f"no annealing phase in this run; {why}")
             return None
         total = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
         return AnnealSampler(len(self.train_set), self.anneal_windows, total, self.anneal_fraction, self.seed,

@@ -159,6 +159,7 @@ def test_a_ci_model_finetunes_on_a_ci_poet_of_the_song_ci_and_writes_his_tune(tm
     with caplog.at_level(logging.INFO):
         finetune(train_cfg, base, "data.poets=['蘇軾']")  # either script
     assert "data.poets=['蘇軾']: 0 诗 and 20 词 (training and held-out) in tang.jsonl.xz, ci.jsonl.xz" in caplog.text
+    assert "no annealing phase in this run; no training poem rhymes" in caplog.text  # the test's 词 keep no rhyme
     tuned = read_trained(tmp_path / "checkpoints" / "ft" / "last.ckpt")
     assert tuned["finetuned"]["train_poems"] == 16 and tuned["finetuned"]["val_poems"] == 4
     assert tuned["corpora"]["train"] == ["tang.jsonl.xz", "ci.jsonl.xz"]

@@ -87,8 +87,8 @@ def test_two_nodes_of_two_processes_train_as_one_run_that_resumes_on_three(tiny_
     (best, last) = sorted(p.name for p in run.iterdir())
     assert best.startswith("best-step000006-") and last == "last.ckpt"
     lr, epochs, val = rows(logs)
-    # the schedule as configured: tiny's Muon rate 0.02, 2 warm-up steps, cosine to 5 % at step 6
-    assert lr == pytest.approx({s: 0.02 * lr_factor(s, 2, 0.05, (s - 2) / 4) for s in range(6)}, rel=1e-6)
+    # the schedule as configured: tiny's Muon rate 0.007, 2 warm-up steps, cosine to 5 % at step 6
+    assert lr == pytest.approx({s: 0.007 * lr_factor(s, 2, 0.05, (s - 2) / 4) for s in range(6)}, rel=1e-6)
     assert epochs == pytest.approx({s: (s + 1) * epochs[0] for s in range(6)}, rel=1e-6)  # 512 tokens a step
     # validation exact: every held-out window once, as one process scores the saved weights
     engine = load_engine(run / "last.ckpt")
@@ -104,7 +104,7 @@ def test_two_nodes_of_two_processes_train_as_one_run_that_resumes_on_three(tiny_
     (resumed,) = [p for p in (tmp_path / "logs").iterdir() if p.name != name]
     assert resumed.name.startswith("tiny-sdpa-char-torchrun-")
     lr2, epochs2, val2 = rows(resumed)
-    assert lr2 == pytest.approx({s: 0.02 * lr_factor(s, 2, 0.05, (s - 2) / 10) for s in range(6, 12)}, rel=1e-6)
+    assert lr2 == pytest.approx({s: 0.007 * lr_factor(s, 2, 0.05, (s - 2) / 10) for s in range(6, 12)}, rel=1e-6)
     per_token = epochs[0] / 512
     assert epochs2 == pytest.approx({s: epochs[5] + (s - 5) * 384 * per_token for s in range(6, 12)}, rel=1e-6)
     assert sorted(val2) == [9, 12]
