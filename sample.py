@@ -64,10 +64,10 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
                          cfg.ablate_mode, corpus)
     if cfg.poets == "list":
         return list_poets(engine, out)
-    start, steps = poem_steps(engine, opts)
-    if note := unplanned(opts, steps.decision.title_plan_words):
+    start, steps, decision = poem_steps(engine, opts)
+    if note := unplanned(opts, decision.title_plan_words):
         print(note, file=sys.stderr)
-    live = LivePoem(engine.tokenizer, steps.decision.tunes, out) if cfg.format == "text" and opts.num_samples == 1 \
+    live = LivePoem(engine.tokenizer, decision.tunes, out) if cfg.format == "text" and opts.num_samples == 1 \
         else None
     if live:
         live.begin(start)
@@ -79,11 +79,11 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     rows = torch.cat(tokens, dim=1)  # (B, T)
     poems = [poem_text(engine.tokenizer, row) for row in rows]
     if cfg.format == "jsonl":
-        write_jsonl(cfg, engine, steps.decision, rows, poems, out)
+        write_jsonl(cfg, engine, decision, rows, poems, out)
     elif live:
         live.end(poems[0])
     else:
-        for poem, tune in zip(poems, steps.decision.tunes or [None] * len(poems)):
+        for poem, tune in zip(poems, decision.tunes or [None] * len(poems)):
             parts = stanzas(poem, tune) if tune else [poem]  # a 词: a blank line between 上阕 and 下阕
             print((f"{tune}\n" if tune else "") + "\n\n".join(map(as_lines, parts)), end="\n\n", file=out)
     return poems

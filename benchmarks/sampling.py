@@ -7,7 +7,7 @@ by side in one process.
 For the `tiny` and `small` model sizes (conf/model, with a vocabulary of the shipped
 corpus's size, random weights: speed does not depend on training), batch 1 and 16: the
 median time to sample up to block_size - 1 tokens after `<bos>` (so the cache never has to
-be re-filled) through the one sampling path (`model.sampling.poems.stream_poems`, poem rules
+be re-filled) through the one sampling path (`model.sampling.poems.poem_steps`, poem rules
 included), with `use_cache=False` (every step recomputes the whole context, as nanoGPT does)
 and with the cache. Prints a table of tokens per second (batch × steps ÷ seconds) and the
 ratio. Then the cost of forced keywords (`keywords=[明月,故乡]`, `model/sampling/keywords.py`):
@@ -39,7 +39,7 @@ from data.verse.poetry import LINE_END  # noqa: E402
 from model.device import describe  # noqa: E402
 from model.engine import Engine  # noqa: E402
 from model.gpt import GPT, GPTConfig  # noqa: E402
-from model.sampling.poems import SamplingOptions, stream_poems  # noqa: E402
+from model.sampling.poems import SamplingOptions, poem_steps  # noqa: E402
 
 VOCAB = 8164  # the shipped corpus's characters in simplified script, plus <bos> and <eos>
 FIELDS = ("block_size", "n_layer", "n_head", "n_embd")
@@ -65,7 +65,7 @@ def model_of(name: str, device: str) -> Engine:
 
 def sample_steps(engine: Engine, opts: SamplingOptions) -> int:
     """Sample through the shared path; returns the number of steps taken."""
-    _, steps = stream_poems(engine, opts)
+    _, steps, _ = poem_steps(engine, opts)
     return sum(1 for _ in steps)
 
 

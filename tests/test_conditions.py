@@ -141,11 +141,11 @@ def test_a_title_and_a_poet_go_before_the_plan_and_never_into_the_poem(engine):
 def test_forced_keywords_are_written_and_hints_go_into_the_segment(engine):
     rows = [["明月"], ["故鄉", "黃河"], ["白日"]]
     opts = SamplingOptions(num_samples=3, keywords=rows, form="wujue", title="相思", max_new_tokens=60)
-    start, _ = poem_steps(engine, opts)
+    start, _, _ = poem_steps(engine, opts)
     seg = segment_ids(engine.tokenizer, "相思")
     assert (start == start[0]).all() and start[0, :len(seg) + 1].tolist() == [0, *seg]  # the title, no hints
     assert int(start[0, len(seg) + 1]) == plan_ids(engine.tokenizer).forms["wujue"]  # then the form
-    hinted, _ = poem_steps(engine, SamplingOptions(**{**opts.__dict__, "keywords_forced": False}))
+    hinted, _, _ = poem_steps(engine, SamplingOptions(**{**opts.__dict__, "keywords_forced": False}))
     assert hinted[0, 0] == engine.tokenizer.eos_id and hinted[1, 0] == engine.tokenizer.bos_id  # shorter: <eos> in front
     for use_cache in (True, False):
         poems = sample_poems(engine, SamplingOptions(**{**opts.__dict__, "use_cache": use_cache}))

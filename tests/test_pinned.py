@@ -71,7 +71,7 @@ def figures(lit: LitGPT, dm: PoetryDataModule | None) -> dict:
     out["samples_uncached"] = sample_poems(engine, SamplingOptions(**opts, use_cache=False))
     out["samples_wujue"] = sample_poems(engine, SamplingOptions(**opts, form="wujue", rhyme=True))
     few = SamplingOptions(num_samples=1, max_new_tokens=30, seed=2, temperature=0.8, top_p=None)
-    _, steps = poem_steps(engine, few, attention_rows=True)
+    _, steps, _ = poem_steps(engine, few, attention_rows=True)
     rows = [[r[0].tolist() for r in s.attention_rows] for s in steps]  # per step, per layer: (n_head, L)
     out["rows"] = [[[sum(h) for h in layer] for layer in step] for step in rows]
     out["rows_first_last"] = [rows[0], rows[-1]]

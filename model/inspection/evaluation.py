@@ -123,7 +123,7 @@ def ci_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict], n_
             ) -> tuple[dict[str, list[str]], dict[str, dict]]:
     """The 词 requests (`is_ci`) sampled with `base` (tunes drawn as the sampler draws them for
     `form=ci` alone) and measured by `ci_metrics` beside `n_reference` held-out 词 (the REFERENCE
-    row) → (词 per set, rows). raises as `model.sampling.poems.stream_poems`."""
+    row) → (词 per set, rows). raises as `model.sampling.poems.poem_steps`."""
     poems, tune_names, keywords = {}, {}, {}
     for name, fields in requests.items():
         tune_names[name] = [fields[MEASURED_AS]] * base.num_samples if MEASURED_AS in fields else list(decide(
@@ -207,7 +207,7 @@ def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[st
     in `sources` of the held-out poem each came from}). A request's HELD_OUT keywords are drawn
     from `sources` (`draw_keywords`), HELD_OUT titles are `titles`' first, EVERY_POET the model's poets
     in turn. Seeded: the same model and options give the same poems.
-    raises as `model.sampling.poems.stream_poems`, `draw_keywords`."""
+    raises as `model.sampling.poems.poem_steps`, `draw_keywords`."""
     poems, plans, keywords = {}, {}, {}
     for name, fields in requests.items():
         if fields.get("keywords") == HELD_OUT:
@@ -228,7 +228,7 @@ def sample_planned_sets(engine: Engine, base: SamplingOptions, requests: dict[st
 
 def sample_sets(engine: Engine, base: SamplingOptions, requests: dict[str, dict]) -> dict[str, list[str]]:
     """The poems of `sample_planned_sets` (requests without HELD_OUT keywords). raises as
-    `model.sampling.poems.stream_poems`."""
+    `model.sampling.poems.poem_steps`."""
     return sample_planned_sets(engine, base, requests)[0]
 
 
@@ -282,7 +282,7 @@ def sample_and_measure(engine: Engine, base: SamplingOptions, requests: dict[str
     train_corpora, default corpus_path's), the model in eval mode meanwhile → (poems per set,
     plans per set, rows, seconds spent {"sampling", "metrics"}, keywords: per keyword set its
     poems' keywords, their sources, and `placement_rows`). raises as
-    `model.sampling.poems.stream_poems`, `draw_keywords`; FileNotFoundError if the corpus is missing."""
+    `model.sampling.poems.poem_steps`, `draw_keywords`; FileNotFoundError if the corpus is missing."""
     script, model = engine.script, engine.model
     start = time.perf_counter()
     reference = reference_poems(corpus_path, script, n_reference)

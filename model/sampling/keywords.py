@@ -255,24 +255,25 @@ class FreeKeywords:
     def _free_mask(self, row: KeywordRow, last: int, eos_best: bool, left: int) -> torch.Tensor:
         """The row's allowed tokens without a form (module docstring; shared tensors: do not modify);
         last: the row's last token; eos_best: `<eos>` is the model's likeliest; left: tokens still to draw."""
-        pos, end = len(row.line_text), self._free_ends(row)
-        starts = tuple(w for w in row.pending if pos + len(w) <= end[w])
+        room = self._room(row)
+        starts = tuple(w for w, r in room.items() if r >= 0)
         if eos_best and self.tok.itos[last] in LINE_END[1:] or left <= (len(row.pending) + 1) * (MAX_FREE_LINE + 1) + 1:
             row.overtime = True  # the model would have ended the poem here, or just enough tokens are left
-        if row.overtime and any(pos + len(w) >= end[w] for w in starts):
+        if row.overtime and any(room[w] == 0 for w in starts):
             return self.only(w[0] for w in starts)  # the last place in this line where one fits: it starts
         if row.overtime and starts:
             return self._no_mark  # no line closes before its keyword
-        if row.overtime and pos:
+        if row.overtime and row.line_text:
             return self.only(m for m in LINE_END if m in self.tok.stoi)  # no keyword fits any more: the line closes
         return self._no_eos
 
     @staticmethod
-    def _free_ends(row: KeywordRow) -> dict[str, int]:
-        """Where each pending keyword must end in a free line: before its last character (the model's
-        rhyme), in a line of the first line's length (5 to 7)."""
+    def _room(row: KeywordRow) -> dict[str, int]:
+        """Pending keyword → the characters the row's free line may still take before it must start
+        (< 0: it fits no more): it ends before the line's last character (the model's rhyme), in a
+        line of the first line's length (5 to 7)."""
         limit = min(max(row.first_len or MAX_FREE_LINE, min(FREE_LENGTHS)), MAX_FREE_LINE)
-        return {w: limit - 1 if len(w) < limit else len(w) for w in row.pending}
+        return {w: (limit - 1 if len(w) < limit else len(w)) - len(w) - len(row.line_text) for w in row.pending}
 
     def _planned_mask(self, row: KeywordRow) -> torch.Tensor:
         """The row's allowed tokens while it keeps its planned form: placed as in that form."""
@@ -295,8 +296,7 @@ class FreeKeywords:
             if row.at is not None and row.at[0] == t.length and row.at[1]:
                 row.at = None  # the poem kept its form to the end
         else:
-            end = self._free_ends(row)
-            starts = tuple(w for w in row.pending if len(row.line_text) + len(w) <= end[w])
+            starts = tuple(w for w, r in self._room(row).items() if r >= 0)
         if not is_hanzi(c):
             row.first_len = row.first_len or len(row.line_text) or None
             row.advance(None)

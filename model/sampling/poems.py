@@ -99,27 +99,22 @@ class Decision:
     free_keywords: bool
 
 
-def resolve_control(control: str | None, has_plan: bool) -> str:
-    """The control in force: `control`, or by default both (plan model) / hard. raises ValueError
-    for an unknown control, or soft/both on a model without plan tokens."""
-    if control is not None and control not in CONTROLS:
-        raise ValueError(f"control={control!r} is not one of {', '.join(CONTROLS)}")
-    control = control or ("both" if has_plan else "hard")
-    if control != "hard" and not has_plan:
-        raise ValueError(f"control={control} needs a model trained with plan tokens (data.plan_tokens=true); "
-                         "this one has none: use control=hard")
-    return control
-
-
 def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     """Check the options and decide what they ask for (`Decision`). raises ValueError for bad
     sampling arguments, control (soft: no acrostic or meter, which are masks), form or tune, a
     prompt, acrostic or keyword with invalid code points or outside the vocabulary, a prompt that
-    does not fit the form, keywords no mask can place, too few tokens (max_new_tokens) for the poem."""
+    does not fit the form, keywords no mask can place, too few tokens (max_new_tokens) for the poem;
+    an unknown control, or soft/both on a model without plan tokens."""
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
-    control = resolve_control(opts.control, plan_ids(engine.tokenizer) is not None)
+    has_plan = plan_ids(engine.tokenizer) is not None
+    if opts.control is not None and opts.control not in CONTROLS:
+        raise ValueError(f"control={opts.control!r} is not one of {', '.join(CONTROLS)}")
+    control = opts.control or ("both" if has_plan else "hard")  # the default: both with plan tokens, else hard
+    if control != "hard" and not has_plan:
+        raise ValueError(f"control={control} needs a model trained with plan tokens (data.plan_tokens=true); "
+                         "this one has none: use control=hard")
     if control == "soft" and (opts.acrostic or opts.meter):
         given = " and ".join(name for name, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on)
         what = "are masks, not plan tokens" if " and " in given else "is a mask, not a plan token"
@@ -237,25 +232,12 @@ def rule_processors(engine: Engine, d: Decision, opts: SamplingOptions) -> list[
     return [FreeKeywords(engine.tokenizer, list(d.keywords), d.prompt, opts.max_new_tokens - d.to_draw, opts.seed)]
 
 
-@dataclass
-class PoemSteps:
-    """The iterator of `poem_steps` (each drawn token's `Step`, and a prompt that follows a drawn plan
-    as (B, n) int64), with the `decision` it samples by."""
-    steps: Iterator[Step | torch.Tensor]
-    decision: Decision
-
-    def __iter__(self) -> PoemSteps:
-        return self
-
-    def __next__(self) -> Step | torch.Tensor:
-        return next(self.steps)
-
-
-def poem_steps(engine: Engine, opts: SamplingOptions, attention_rows: bool = False) -> tuple[torch.Tensor, PoemSteps]:
-    """Check everything, then start sampling: returns (start (B, T0) int64, `PoemSteps`: each
+def poem_steps(engine: Engine, opts: SamplingOptions,
+               attention_rows: bool = False) -> tuple[torch.Tensor, Iterator[Step | torch.Tensor], Decision]:
+    """Check everything, then start sampling: returns (start (B, T0) int64, an iterator of each
     drawn token's `Step` (`model.engine.Step`: ids (B, 1), its probability, the tokens the masks
-    allowed, with `attention_rows` every layer's attention row), a prompt that follows a drawn plan
-    as (B, n) int64, given, not drawn, and the `Decision`).
+    allowed, with `attention_rows` every layer's attention row) and of a prompt that follows a
+    drawn plan as (B, n) int64, given, not drawn; the `Decision` it samples by).
 
     `PoemBoundaries`: a poem ends only right after a sentence-final mark (。？！；), and a line
     mark never follows `<bos>`, a plan token or another mark; `PlanGrammar` for plan models;
@@ -299,7 +281,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions, attention_rows: bool = Fal
                             opts.max_new_tokens - to_draw)
 
     drawn_first = bool(to_draw and d.prompt)  # the plan comes before the prompt's text: draw it first
-    return start, PoemSteps(steps() if drawn_first else generate(start, opts.max_new_tokens), d)
+    return start, steps() if drawn_first else generate(start, opts.max_new_tokens), d
 
 
 def start_ids(tok: Tokenizer, segments: list[list[int]], d: Decision, n: int, drawn_first: bool) -> torch.Tensor:
@@ -324,23 +306,16 @@ def repetition_penalty(tok: Tokenizer, start: torch.Tensor, penalty: float) -> R
     return RepetitionPenalty(penalty, penalised, outside)
 
 
-def stream_poems(engine: Engine, opts: SamplingOptions) -> tuple[torch.Tensor, Iterator[torch.Tensor]]:
-    """`poem_steps` as ids: (start (B, T0) int64, iterator of (B, n) int64 chunks: each drawn
-    token (n = 1), and a prompt that follows a drawn plan (n = its length)). raises as `poem_steps`."""
-    start, steps = poem_steps(engine, opts)
-    return start, (s.ids if isinstance(s, Step) else s for s in steps)
-
-
 def sample_ids(engine: Engine, opts: SamplingOptions) -> torch.Tensor:
     """`opts.num_samples` sequences sampled in one batch: (B, T) int64 ids from `<bos>` (plan
-    and prompt included; rows that ended early padded with `<eos>`). raises as `stream_poems`."""
-    start, steps = stream_poems(engine, opts)
-    return torch.cat([start, *steps], dim=1)  # (B, T0 + n)
+    and prompt included; rows that ended early padded with `<eos>`). raises as `poem_steps`."""
+    start, steps, _ = poem_steps(engine, opts)
+    return torch.cat([start, *(s.ids if isinstance(s, Step) else s for s in steps)], dim=1)  # (B, T0 + n)
 
 
 def sample_poems(engine: Engine, opts: SamplingOptions) -> list[str]:
     """`opts.num_samples` poems sampled in one batch, as text (prompt included, no line breaks,
-    no plan tokens, no condition segment). The same options and seed give the same poems. raises as `stream_poems`.
+    no plan tokens, no condition segment). The same options and seed give the same poems. raises as `poem_steps`.
     """
     return [poem_text(engine.tokenizer, row) for row in sample_ids(engine, opts)]
 

@@ -162,8 +162,8 @@ class Poem:
 
     def __init__(self, engine: Engine, opts: SamplingOptions, received: float):
         self.engine, self.tok, self.received = engine, engine.tokenizer, received
-        start, self.steps = poem_steps(engine, opts, attention_rows=True)
-        self.tune = next(iter(self.steps.decision.tunes), None)  # a 词's tune, or None
+        start, self.steps, decision = poem_steps(engine, opts, attention_rows=True)
+        self.tune = next(iter(decision.tunes), None)  # a 词's tune, or None
         self.seq: list[int] = start[0].tolist()
         ids = plan_ids(self.tok)
         self.given = ids.segment_mask(self.seq) if ids else [False] * len(self.seq)  # the segment: no text
