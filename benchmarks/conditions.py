@@ -218,10 +218,11 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
     as the title plan finds them), the title's characters taken out of them too (the unit mean; 0
     for a title no training title shares a character with).
     Per form (`TOPIC_FORMS`), poems sampled in one batch for the titles: with the title's plan
-    (`title_plan=true`; `echo`: `title_plan=echo`, the plan before issue 60; `couplet`, for a 律诗:
-    the plan's first word a couplet), each also with the planned words' characters taken out, with
-    the title alone (`title_plan=false`), untitled, each with its form, rhyme and distinct-2
-    (`metrics`); the real held-out poems; chance: the real poems against the next title's topic.
+    (`title_plan=true`, a word a couplet of a form; `echo`: `title_plan=echo`, the plan before issue
+    60; `hints`: `title_plan=hints`, the plan's words in the condition segment only, the model's input;
+    `line`, for a form: the plan's first words, a word a line), each also with the planned
+    words' characters taken out, with the title alone (`title_plan=false`), untitled, each with its
+    form, rhyme and distinct-2 (`metrics`); the real held-out poems; chance: the real poems against the next title's topic.
     Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -254,13 +255,13 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
     for form in TOPIC_FORMS:
         shape = {"num_samples": len(titles), "seed": seed, **({} if form == "free" else {"form": form})}
         row = out["forms"][form] = {}
-        for name, mode in (("plan", True), ("echo", "echo")):  # title_plan=echo: the plan before issue 60
+        for name, mode in (("plan", True), ("echo", "echo"), ("hints", "hints")):  # echo: the plan before issue 60
             words = [set("".join(plan_title(engine, t, shape.get("form"), echo=mode == "echo"))) for t in titles]
             measured(row, name, sample_poems(engine, SamplingOptions(title=titles, title_plan=mode, **shape)), words)
-        if form in ("wulv", "qilv"):  # the A/B of issue 60: a word a couplet instead of a word a line
-            rows = [[w for w in planner(engine.script).plan(t, VERSE_FORMS[form][0] // 2) if not engine.tokenizer.unknown(w)]
+        if form != "free":  # the A/B of issue 60: a word a line instead of a word a couplet
+            rows = [[w for w in planner(engine.script).plan(t, VERSE_FORMS[form][0]) if not engine.tokenizer.unknown(w)]
                     for t in titles]
-            measured(row, "couplet", sample_poems(engine, SamplingOptions(title=titles, keywords=rows, **shape)),
+            measured(row, "line", sample_poems(engine, SamplingOptions(title=titles, keywords=rows, **shape)),
                      [set("".join(w)) for w in rows])
         measured(row, "title_alone", sample_poems(engine, SamplingOptions(title=titles, title_plan=False, **shape)))
         measured(row, "untitled", sample_poems(engine, SamplingOptions(**shape)))

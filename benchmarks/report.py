@@ -298,8 +298,8 @@ def topic_text(topic: dict | None) -> list[str]:
     plan (its relevance, with its words taken out too, regular form, rhyme, distinct-2)."""
     if not topic:
         return []
-    labels = {"plan": "`title_plan=true`", "echo": "`title_plan=echo`", "couplet": "a word a couplet",
-              "title_alone": "title alone", "untitled": "untitled"}
+    labels = {"plan": "`title_plan=true`", "echo": "`title_plan=echo`", "hints": "`title_plan=hints`",
+              "line": "a word a line", "title_alone": "title alone", "untitled": "untitled"}
     rows = [[f"`{form}`", label, f"{r[name]:.3f}", f"{r[f'{name}_without_its_words']:.3f}"
              if f"{name}_without_its_words" in r else "–",
              *(f"{r['metrics'][name][k]:.1%}" for k in ("regulated", "rhyme_regulated", "distinct_2"))]
@@ -400,15 +400,18 @@ def readme_sample(e: dict) -> str:
 
 def readme_voice(c: dict) -> str:
     """The quick start's plan (a held-out title, the words it planned, the poem) and a fine-tuned poet's poem."""
-    rel, ft = c.get("relevance", {}), c.get("finetune", {})
-    if "plan" not in rel or not ft:
+    rel, ft, topic = c.get("relevance", {}), c.get("finetune", {}), c.get("topic_relevance", {})
+    if "plan" not in rel or not ft or not topic:
         return "(pending: `python benchmarks/conditions.py`)"
+    free = topic["forms"]["free"]
     ex, poet = rel["examples"][0], ft["poets"][0]
     return (f"`title={ex['title']}` planned {'、'.join(ex['words'])}:\n\n```\n" + as_couplets(ex["poem"]) + "\n```\n\n"
             f"Fine-tuned on {poet['poet']} ({n(poet['minutes'], 1)} minutes), free:\n\n```\n"
             + as_couplets(poet["examples"][0]) + f"\n```\n\n(the poet classifier attributes {poet['attributed']:.0%} of "
-            f"its poems to {poet['poet']}; relevance to the title {rel['plan']:.3f} with the plan, {rel['given']:.3f} "
-            "with the title alone: [results](docs/results.md#titles-poets-and-keyword-hints))")
+            f"its poems to {poet['poet']}; relevance to the title's topic, its own characters taken out, "
+            f"{free['plan']:.3f} with the plan, {free['title_alone']:.3f} with the title alone, "
+            f"{topic['real_poems']:.3f} for the real poems, {topic['chance']:.3f} by chance: "
+            "[results](docs/results.md#titles-poets-and-keyword-hints))")
 
 
 def as_couplets(poem: str) -> str:

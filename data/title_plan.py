@@ -197,12 +197,13 @@ FREE_PLAN = 4
 
 def plan_size(form: str | None, tune: str = "", echo: bool = False) -> int:
     """Words planned for a poem of `form`, or a 词 to `tune` (a tune's name as `find_tune` gives it,
-    resolved by the caller once): a line each (a free poem `FREE_PLAN`), a stanza each for a 词;
-    echo: the plan before issue 60, a couplet each, a stanza each, else 2."""
+    resolved by the caller once): a couplet each (a 绝句 2, a 律诗 4: a word a line cost rhyme and
+    distinct-2, docs/experiments.md), a stanza each for a 词, `FREE_PLAN` for a free poem (echo: the
+    plan before issue 60, 2)."""
     if tune or form == CI:  # a 词 to a tune drawn per poem: two stanzas, the commonest
         return 1 if tune and tunes()[tune][0].stanza is None else 2
     if form in VERSE_FORMS:
-        return VERSE_FORMS[form][0] // (2 if echo else 1)
+        return VERSE_FORMS[form][0] // 2
     return 2 if echo else FREE_PLAN
 
 

@@ -41,8 +41,8 @@ ONE_SEARCH = ("one keyword placement for 诗 and 词: no keyword takes a rhyming
               "under rhyme or meter too (the 词's rule; a 诗's keyword could end on a rhyme that rhymed)")
 TWO_TEMPLATES = ("an acrostic without a form is two templates, every line of 5 or of 7, and its keywords are placed "
                  "in both (the 诗 sampler placed them in lines of 5 until a line had a 6th character)")
-SUB_TOPICS = ("issue 60: the title plan's words are the title's sub-topics (expansion first), a word a line; "
-              "title_plan=echo, the plan before, holds the first recording ('title')")
+SUB_TOPICS = ("issue 60: the title plan's words are the title's sub-topics (expansion first), a word a couplet "
+              "of a form; title_plan=echo, the plan before, holds the first recording ('title')")
 CHANGED: dict[str, str] = {
     **{f"西江月+{extra}+{control}": BOUND for extra in ("rhyme", "rhyme-keywords", "rhyme-prompt")
        for control in ("hard", "both")},
@@ -104,7 +104,7 @@ def record(lit: LitGPT, opts: dict) -> dict:
     {"refused": True} for options refused before sampling."""
     o = SamplingOptions(num_samples=20, temperature=1.0, top_k=None, top_p=None, seed=11, max_new_tokens=160, **opts)
     try:
-        start, steps = poem_steps(lit.engine, o)
+        start, steps, _ = poem_steps(lit.engine, o)
     except ValueError:
         return {"refused": True}
     digest, chunks = hashlib.sha256(), [start]

@@ -234,7 +234,7 @@ def test_the_title_plans_its_words_before_the_poem_and_the_user_edits_them(brows
         page.locator('#options [name="title"]').fill("静夜思")
         page.locator('#options [name="title"]').dispatch_event("change")
         page.wait_for_function("document.querySelector('#options [name=plan_words]').value !== ''")
-        words = planner.plan("静夜思", 4)  # a 五绝: a word a line
+        words = planner.plan("静夜思", 2)  # a 五绝: a word a couplet
         assert page.locator('#options [name="plan_words"]').input_value() == ",".join(words) and words
         page.locator('#options [name="plan_words"]').fill(words[-1])  # the user keeps one of them
         run = write(page)

@@ -53,7 +53,7 @@ def test_the_index_is_cached_and_reads_back_the_same(tmp_path, planner):
 
 
 def test_plan_sizes_and_modes():
-    assert [plan_size(f) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [4, 4, 8, 8, 4, 2]  # a line each
+    assert [plan_size(f) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 4, 2]  # a couplet each
     assert [plan_size(f, echo=True) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 2, 2]
     assert [plan_size("ci", t) for t in ("浣溪沙", "如梦令")] == [2, 1]  # a stanza each
     assert [check_mode(m) for m in (True, "true", False, "false", "hints", "echo")] == \
@@ -71,7 +71,7 @@ def engine(monkeypatch, planner):
 def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     opts = SamplingOptions(num_samples=4, title="静夜思", form="wujue", max_new_tokens=40, seed=3)
     planned = with_plan(engine, opts, opts.form)
-    assert planned.keywords == planner.plan("靜夜思", 4) and planned.keywords_forced  # a word a line
+    assert planned.keywords == planner.plan("靜夜思", 2) and planned.keywords_forced  # a word a couplet
     assert all(all(w in p for w in planned.keywords) for p in sample_poems(engine, opts))  # forced, as keywords
     assert with_plan(engine, SamplingOptions(title="静夜思", title_plan=False)).keywords == ""
     assert with_plan(engine, SamplingOptions(title="静夜思", keywords="明月")).keywords == "明月"  # the user's words
@@ -82,14 +82,14 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     assert echoed.keywords == planner.plan("靜夜思", 2, echo=True) and echoed.keywords_forced  # as before issue 60
     opts = SamplingOptions(title="杜甫")
     assert with_plan(engine, opts) is opts  # no training title shares a character: the title alone, said in one line
-    _, steps = poem_steps(engine, opts)
-    assert steps.decision.title_plan_words is None
-    assert unplanned(opts, steps.decision.title_plan_words).startswith("title_plan: nothing planned for title=杜甫")
-    _, steps = poem_steps(engine, SamplingOptions(title="静夜思"))
-    assert steps.decision.title_plan_words == (tuple(planner.plan("靜夜思", 4)),)
+    _, _, decision = poem_steps(engine, opts)
+    assert decision.title_plan_words is None
+    assert unplanned(opts, decision.title_plan_words).startswith("title_plan: nothing planned for title=杜甫")
+    _, _, decision = poem_steps(engine, SamplingOptions(title="静夜思"))
+    assert decision.title_plan_words == (tuple(planner.plan("靜夜思", 4)),)
     with pytest.raises(dataclasses.FrozenInstanceError):  # decided once (issue 59): nothing changes it afterwards
-        steps.decision.plans = ((),)
-    assert unplanned(SamplingOptions(title="静夜思"), steps.decision.title_plan_words) == ""
+        decision.plans = ((),)
+    assert unplanned(SamplingOptions(title="静夜思"), decision.title_plan_words) == ""
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 
 
@@ -104,7 +104,7 @@ def test_sample_py_records_the_planned_words(engine, planner, monkeypatch):
     out = io.StringIO()
     sample.sample(cfg, out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [r["title_plan_words"] for r in rows] == [planner.plan("靜夜思", 4)] * 2
+    assert [r["title_plan_words"] for r in rows] == [planner.plan("靜夜思", 2)] * 2
     assert all(all(w in r["poem"] for w in r["title_plan_words"]) for r in rows) and rows[0]["keywords_forced"]
     out = io.StringIO()
     sample.sample(compose_sample("title='静夜思'", "title_plan=hints", "num_samples=1", "format=jsonl",
@@ -121,7 +121,8 @@ def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch,
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.ckpt").write_bytes(b"")
     client = TestClient(server.create_app(tmp_path, str(tmp_path / "run" / "last.ckpt")), base_url="http://127.0.0.1")
-    assert client.get("/plan", params={"title": "静夜思", "form": "wulv"}).json() == {"words": planner.plan("靜夜思", 8)}
+    assert client.get("/plan", params={"title": "静夜思", "form": "wulv"}).json() == {"words": planner.plan("靜夜思", 4)}
+    assert client.get("/plan", params={"title": "静夜思"}).json() == {"words": planner.plan("靜夜思", 4)}  # free: 4
     assert client.get("/plan", params={"title": "静夜思", "form": "wulv", "title_plan": "echo"}).json() == {
         "words": planner.plan("靜夜思", 4, echo=True)}
     assert client.get("/plan", params={"title": "abc"}).json()["error"].startswith("error: title='abc' holds characters")

@@ -1,13 +1,13 @@
 """The title's plan in sampling (`title_plan`): `title=` without `keywords=` becomes the words a poem
 is written around, chosen by `data.title_plan.TitlePlanner` from the Tang training poems, and handed
 to the keyword machinery as it is: forced (`title_plan=true`, the default: the sub-topics expansion
-finds, a word a line; `title_plan=echo`: the title's own words first, a word a couplet, as before
-issue 60; `model.sampling.keywords` places them where the model chooses), as hints in the
+finds; `title_plan=echo`: the title's own words first, as before issue 60;
+`model.sampling.keywords` places them where the model chooses), as hints in the
 condition segment (`title_plan=hints`, a model trained with conditions), or not at all
 (`title_plan=false`).
 
-How many words (`data.title_plan.plan_size`): one a line of the form (a 绝句 4, a 律诗 8; `echo`: one a
-couplet), four for a free poem (`echo`: two), one per stanza of a 词's tune (浣溪沙 2, 如梦令 1). A
+How many words (`data.title_plan.plan_size`): one a couplet of the form (a 绝句 2, a 律诗 4), four
+for a free poem (`echo`: two), one per stanza of a 词's tune (浣溪沙 2, 如梦令 1). A
 title the corpus never used (no character of it in a training title) plans nothing, and the poem
 is written to the title alone, as with `title_plan=false`; `unplanned` is the line that says so.
 """
