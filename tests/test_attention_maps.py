@@ -115,7 +115,8 @@ def test_report_writes_figures_and_json(tmp_path, corpus):
     assert view["kinds"] == ["trained", "at initialisation (seed 1337)", "lesson §3 random q, k (d=8)",
                              "lesson §5 random x, W_q, W_k"]  # the PNGs' rows
     effects = saved["head_effects"]
-    assert effects["poems"] == 5 and effects["rhyme"]["looking"] == [] and effects["rhyme"]["free"] is None
+    assert effects["poems"] == 5 and effects["rhyme"]["looking"] == []  # no looking heads: the layers' free poems only
+    assert sorted(effects["rhyme"]["free"]) == ["intact", "layer 0", "layer 1"]
     assert sorted(effects["rhyme"]["sets"]) == ["layer 0", "layer 1"] and sorted(effects["rhyme"]["controls"]) == ["1", "2"]
     h = effects["heads"][3]  # each head card says what switching it off cost
     assert view["effects"]["L1H1"] == f"off: {h['all']:+.3f} nats/token, {h['rhyme_slot']:+.3f} at rhyme slots"

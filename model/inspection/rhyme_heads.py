@@ -109,7 +109,8 @@ def rhyme_study(engine: Engine, scorer: HeadScorer, rows: Sequence[Mapping], see
     "controls": {size: `control`}, "free": `free_poems` rows or None (num_samples 0), "verdicts",
     "seconds": {"nats", "free"}}.
     Sets: the looking heads together (two or more), every head of each layer, and
-    len(free_seeds) random sets the looking heads' size (seeds 0, 1, …) for the free poems."""
+    len(free_seeds) random sets the looking heads' size (seeds 0, 1, …) for the free poems (none
+    without looking heads)."""
     cfg, start = engine.model.cfg, time.perf_counter()
     looking = looking_heads(rows)
     patterns = {head_name(r["layer"], r["head"]): r["pattern"] for r in rows}
@@ -119,8 +120,8 @@ def rhyme_study(engine: Engine, scorer: HeadScorer, rows: Sequence[Mapping], see
     controls = {size: control(scorer, size, seeds, per_seed) for size in sizes}
     seconds = {"nats": time.perf_counter() - start}
     free = None
-    if num_samples and looking:
-        randoms = random_sets(cfg.n_layer, cfg.n_head, len(looking), range(len(free_seeds)), 1)
+    if num_samples:  # without looking heads, every layer's set still: what the rhyme needs
+        randoms = random_sets(cfg.n_layer, cfg.n_head, len(looking), range(len(free_seeds)), 1) if looking else []
         free = free_poems(engine, {"intact": [], **{n: [n] for n in looking}, **sets,
                                    **{f"random set {i + 1}": s for i, s in enumerate(randoms)}},
                           free_seeds, num_samples, corpus_path)
@@ -167,13 +168,19 @@ def format_study(study: Mapping, kinds: Sequence[str]) -> str:
 def finding(study: Mapping) -> str | None:
     """The study in two sentences: whether the heads that look at the rhyme are heads the rhyme needs, with the
     free poems' rhyme when they are switched off together, beside the largest drop outside the noise of any
-    other set (not the random controls). None without the free poems."""
-    if not study.get("free") or not study.get("looking"):
+    other set (not the random controls); without looking heads, that drop alone. None without the free poems."""
+    if not study.get("free"):
         return None
-    off = next(r for r in study["free"].values() if sorted(r["heads"]) == sorted(study["looking"]))
-    needed = off["interval"][1] < 0
     drops = sorted((r["change"], name) for name, r in study["free"].items()
                    if name != "intact" and not name.startswith("random") and r["interval"][1] < 0)
+    if not study["looking"]:
+        return ("No head looks at the previous line's rhyme more than the flag asks, so none is a candidate rhyme head. "
+                + (f"Switched off, the largest drop in the share of free regulated poems that rhyme is without "
+                   f"{drops[0][1]}, {-drops[0][0]:.1f} points (95 % interval {interval(study['free'][drops[0][1]])})."
+                   if drops else "No layer switched off moves the share of free regulated poems that rhyme "
+                   "beyond the noise."))
+    off = next(r for r in study["free"].values() if sorted(r["heads"]) == sorted(study["looking"]))
+    needed = off["interval"][1] < 0
     largest = f", while without {drops[0][1]} it falls by {-drops[0][0]:.1f} points" if drops else ""
     return (f"The heads that look at the previous line's rhyme, {' and '.join(study['looking'])}, are "
             f"{'' if needed else 'not '}heads the rhyme needs. Switched off together, they move the share of free "
