@@ -118,3 +118,5 @@ def test_embed_lr_gives_the_embedding_tables_a_group_of_their_own():
     assert [p is tied.wpe.weight for p in groups[3]["params"]] == [True]
     assert [g["name"] for g in build_optimizer(tied, {**OPTIM, "embed_lr": None}).param_groups] == \
         ["muon", "decay", "no_decay"]
+    assert [g["name"] for g in build_optimizer(tied, OPTIM).param_groups] == ["muon", "decay", "no_decay"]  # a
+    # checkpoint's optim from before embed_lr existed: no group of its own, as it was trained
