@@ -67,6 +67,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     start, steps, decision = poem_steps(engine, opts)
     if note := unplanned(opts, decision.title_plan_words):
         print(note, file=sys.stderr)
+    elif decision.title_plan_words and cfg.format == "text":  # what the title planned (jsonl records it per poem)
+        print("title_plan: " + " | ".join(map("、".join, dict.fromkeys(decision.title_plan_words))), file=sys.stderr)
     live = LivePoem(engine.tokenizer, decision.tunes, out) if cfg.format == "text" and opts.num_samples == 1 \
         else None
     if live:

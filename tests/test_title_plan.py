@@ -93,7 +93,7 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
 
 
-def test_sample_py_records_the_planned_words(engine, planner, monkeypatch):
+def test_sample_py_records_the_planned_words(engine, planner, monkeypatch, capsys):
     import io
 
     import sample
@@ -110,6 +110,9 @@ def test_sample_py_records_the_planned_words(engine, planner, monkeypatch):
     sample.sample(compose_sample("title='静夜思'", "title_plan=hints", "num_samples=1", "format=jsonl",
                                  "max_new_tokens=40"), out)
     assert json.loads(out.getvalue())["keywords_forced"] is False  # the plan's words as hints, as recorded
+    capsys.readouterr()
+    sample.sample(compose_sample("title='静夜思'", "form=wujue", "num_samples=2", "max_new_tokens=40"), io.StringIO())
+    assert capsys.readouterr().err == "title_plan: " + "、".join(planner.plan("靜夜思", 2)) + "\n"  # text: said once
 
 
 def test_the_studio_shows_the_plan_before_the_poem(engine, planner, monkeypatch, tmp_path):
