@@ -54,7 +54,7 @@ from benchmarks.fixed_time import NANOGPT, datamodule  # noqa: E402
 from data.corpus_io import iter_corpus  # noqa: E402
 from data.datamodule import PoetryDataModule  # noqa: E402
 from data.keywords import poem_keywords  # noqa: E402
-from data.title_plan import NEIGHBOURS, planner  # noqa: E402
+from data.title_plan import NEIGHBOURS, plan_size, planner  # noqa: E402
 from data.verse.meter import poem_lines  # noqa: E402
 from data.verse.plan import clean_title, segment_ids  # noqa: E402
 from data.verse.poetry import VERSE_FORMS  # noqa: E402
@@ -176,7 +176,7 @@ def title_relevance(engine, train: list[dict], val: list[dict], n: int) -> dict:
     vec = vectorizer([p["text"] for p in train] + [clean_title(p["title"]) for p in train])
     titled = [p for p in val if clean_title(p["title"])][:n]
     titles = [clean_title(p["title"]) for p in titled]
-    words = [plan_title(engine, t, None) for t in titles]
+    words = [plan_title(engine, t, plan_size(None)) for t in titles]
 
     def written(plan) -> list[str]:
         return [sample_poems(engine, SamplingOptions(num_samples=1, title=t, seed=200 + i, title_plan=plan))[0]
@@ -256,7 +256,8 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
         shape = {"num_samples": len(titles), "seed": seed, **({} if form == "free" else {"form": form})}
         row = out["forms"][form] = {}
         for name, mode in (("plan", True), ("echo", "echo"), ("hints", "hints")):  # echo: the plan before issue 60
-            words = [set("".join(plan_title(engine, t, shape.get("form"), echo=mode == "echo"))) for t in titles]
+            size = plan_size(shape.get("form"), echo=mode == "echo")
+            words = [set("".join(plan_title(engine, t, size, echo=mode == "echo"))) for t in titles]
             measured(row, name, sample_poems(engine, SamplingOptions(title=titles, title_plan=mode, **shape)), words)
         if form != "free":  # the A/B of issue 60: a word a line instead of a word a couplet
             rows = [[w for w in planner(engine.script).plan(t, VERSE_FORMS[form][0]) if not engine.tokenizer.unknown(w)]

@@ -215,7 +215,7 @@ def test_soft_control_gives_the_plan_as_the_prompt_and_masks_nothing_in_the_poem
     assert (rows[:, 1] == ids.forms["wujue"]).all() and set(rows[:, 2].tolist()) <= set(ids.rhymes.values())
     start = torch.tensor([[tok.bos_id, ids.forms["wujue"]]] * 20)
     gen = torch.Generator().manual_seed(3)
-    grammar = plan_grammar(tok, real_rhymes=True)
+    grammar = plan_grammar(tok, tuple(ids.rhymes.values()))
     draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, unfiltered=grammar.plan)  # the plan unfiltered
     steps = lit.engine.stream(start, 30, draw, tok.eos_id, True, [poem_boundaries(tok), grammar])
     assert torch.equal(rows, torch.cat([start, *steps], dim=1))  # only the poem rules and the plan grammar

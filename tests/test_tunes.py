@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from data.build_corpus import CORPUS_DIR
 from data.corpus_io import iter_corpus
 from data.tokenizer import CharTokenizer
-from data.verse.templates import tune_templates
+from data.verse.plan import plan_ids
+from data.verse.templates import CI_BOOK, SHI_BOOK, form_templates, tune_templates
 from data.verse.tunes import draw_tunes, find_tune, rhyme_kept, tones_kept, tunes, variant_of
 from model.inspection.ci_metrics import ci_metrics, ci_training_lines, format_ci_table, format_scores, heldout_ci
 from model.inspection.evaluation import ci_sets, is_ci, sample_requests
@@ -84,6 +85,24 @@ def test_an_acrostic_and_a_prompt_with_a_tune(lit):
     poems = ci(lit, 6, tune="浣溪沙", acrostic="春夏秋冬风花", rhyme=True, seed=3)
     assert all([line[0] for line in p.replace("。", "，").split("，") if line] == list("春夏秋冬风花") for p in poems)
     assert all(p.startswith("一曲新词酒一杯。") for p in ci(lit, 4, tune="浣溪沙", prompt="一曲新词酒一杯。", seed=3))
+
+
+def test_the_rhyme_book_is_where_a_shi_and_a_ci_differ():
+    """A 诗's template rhymes in 平水韵's level-tone groups, named by the form tokens, and its meter
+    rhymes; a 词's in 词林正韵's (部, tone) classes, named by its tune's template tokens."""
+    wujue, huanxisha = form_templates("wujue")[0], tune_templates("浣溪沙")
+    assert (wujue.book, huanxisha[0].book) == (SHI_BOOK, CI_BOOK)
+    assert SHI_BOOK.meter_rhymes and not CI_BOOK.meter_rhymes
+    shi, ci = SHI_BOOK.classes("东风", "simplified"), CI_BOOK.classes("东风", "simplified")
+    assert shi["东"] == {"上平聲一東"} and all(isinstance(k, tuple) and k[1] in "平仄" for k in ci["东"])
+    assert SHI_BOOK.tone("上平聲一東") == "平" and CI_BOOK.tone((1, "仄")) == "仄"
+    ids = plan_ids(plan_lit(True).tokenizer)
+    assert SHI_BOOK.plan_rhymes(ids) == ids.rhymes and CI_BOOK.plan_rhymes(ids) == ids.ci_rhymes != {}
+    assert CI_BOOK.plan_rhymes(None) == {}
+    assert SHI_BOOK.first_tokens(ids, [wujue]) == dict.fromkeys(ids.forms.values(), 1)
+    named = CI_BOOK.first_tokens(ids, huanxisha)
+    assert named and {ids.tune_of[i] for i in named} == {"浣溪沙"} and min(named.values()) > 0
+    assert wujue.span(7) == (1, 5, 10) and wujue.ends == (5, 10, 15, 20)
 
 
 def test_a_tune_is_found_by_its_other_names_in_either_script(lit):

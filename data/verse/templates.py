@@ -23,13 +23,58 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterable, Sequence
 
-from data.verse.ci import CI, parse_shape
+from data.verse.ci import CI, parse_shape, rhyme_classes
 from data.verse.meter import LEVEL, patterns
+from data.verse.plan import PlanIds
 from data.verse.poetry import VERSE_FORMS
+from data.verse.rhyme import rhyme_groups
 from data.verse.tunes import EITHER, MIN_EVIDENCE, Variant, draw_tunes, find_tune, tunes
 
-SHI_BOOK, CI_BOOK = "平水韵", "词林正韵"
+
+@dataclass(frozen=True)
+class Book:
+    """A template's rhyme book, and with it all that the sampler does differently for a 诗 and a 词
+    (the one place it does): name; what: what its classes are called; tuned: a 词's book, whose
+    classes are 词林正韵's (部, tone) pairs and whose templates a tune's template tokens name (a 诗's:
+    平水韵's level-tone groups, named by the form tokens); meter_rhymes: meter asks for rhyme too
+    (a regulated 诗's even lines rhyme; a tune's meter is its tones alone)."""
+    name: str
+    what: str
+    tuned: bool
+
+    @property
+    def meter_rhymes(self) -> bool:
+        return not self.tuned
+
+    def classes(self, chars: Iterable[str], script: str) -> dict[str, frozenset]:
+        """Character → its classes in this book, for those of `chars` that it has."""
+        if not self.tuned:
+            return rhyme_groups(list(chars), script)
+        wanted = set(chars)
+        return {c: k for c, k in rhyme_classes(script).items() if c in wanted}
+
+    def tone(self, cls) -> str:
+        """A class's tone: a 词林正韵 class (部, tone) carries it, a 平水韵 level-tone group is 平."""
+        return cls[1] if self.tuned else LEVEL
+
+    def plan_rhymes(self, ids: PlanIds | None) -> dict:
+        """Class → the id of the plan token that names it ({} for a model without them)."""
+        return {} if ids is None else ids.ci_rhymes if self.tuned else ids.rhymes
+
+    def first_tokens(self, ids: PlanIds, templates: Sequence[Template]) -> dict[int, int]:
+        """The plan tokens that name `templates` (one form's or tune's) → the training poems each holds:
+        a tune's template tokens (a model trained with them; {} without); every form token for a 诗's,
+        whose plan is the model's own where masks keep the form."""
+        if not self.tuned:
+            return dict.fromkeys(ids.forms.values(), 1)
+        kept = {t.shape: t.count for t in templates}
+        return {i: kept[s] for i, (name, k) in ids.templates.items()
+                if name == templates[0].name and (s := tunes()[name][k].shape) in kept}
+
+
+SHI_BOOK, CI_BOOK = Book("平水韵", "平水韵 level-tone group", False), Book("词林正韵", "词林正韵 class", True)
 """The rhyme books: a 诗 rhymes in a level-tone group of 平水韵, a 词 in a class (部, tone) of 词林正韵."""
 FREE_LENGTHS = (5, 7)
 """The line lengths of an acrostic without a form (the first line chooses)."""
@@ -48,7 +93,7 @@ class Template:
     tones: str
     rhymes: tuple[int | None, ...]
     segments: tuple[str, ...]
-    book: str
+    book: Book
     bound: tuple[int | None, ...] = ()
     stanza: int | None = None
     count: int = 0
@@ -66,6 +111,11 @@ class Template:
             out.append(at)
             at += n
         return tuple(out)
+
+    @cached_property
+    def ends(self) -> tuple[int, ...]:
+        """The position where each line ends (its mark's, marks not counted)."""
+        return (*self.starts[1:], self.length)
 
     @property
     def length(self) -> int:
@@ -90,6 +140,11 @@ class Template:
     def line_of(self, k: int) -> int:
         """The line (0-based) position k is in."""
         return bisect_right(self.starts, k) - 1
+
+    def span(self, k: int) -> tuple[int, int, int]:
+        """(the line position k is in (0-based), its first position, its end)."""
+        line = self.line_of(k)
+        return line, self.starts[line], self.ends[line]
 
     def expects(self, k: int, marked: bool) -> tuple[str, str | None]:
         """What comes after k characters (`marked`: the mark after them written): ("mark", the mark),

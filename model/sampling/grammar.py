@@ -74,14 +74,13 @@ def poem_boundaries(tok: Tokenizer) -> PoemBoundaries:
     return PoemBoundaries(closers, marks, after_mark, tok.bos_id, tok.eos_id)
 
 
-def plan_grammar(tok: Tokenizer, real_rhymes: bool, ci: bool = False) -> PlanGrammar:
-    """The `PlanGrammar` of a tokenizer with plan tokens; real_rhymes: the rhyme slot takes a
-    level-tone group only, not `<无韵>` or a 词林正韵 class (soft `rhyme` of a 诗), or with `ci` a
-    词林正韵 class only (soft `rhyme` of a 词, on a model with tune tokens)."""
+def plan_grammar(tok: Tokenizer, real: tuple[int, ...] = ()) -> PlanGrammar:
+    """The `PlanGrammar` of a tokenizer with plan tokens; real: the only rhyme tokens the rhyme slot
+    takes (soft `rhyme`: the classes of the poem's rhyme book, `Book.plan_rhymes`), () for every
+    rhyme token and `<无韵>`."""
     ids, V = plan_ids(tok), tok.vocab_size
     forms, rhymes, plan = (torch.zeros(V, dtype=torch.bool) for _ in range(3))  # (V,) each
     forms[ids.firsts] = True
-    real = list(ids.ci_rhymes.values() if ci else ids.rhymes.values())
-    rhymes[real if real_rhymes else [*ids.rhymes.values(), ids.none, *ids.ci_rhymes.values()]] = True
+    rhymes[list(real) or [*ids.rhymes.values(), ids.none, *ids.ci_rhymes.values()]] = True
     plan[ids.all] = True
     return PlanGrammar(forms, rhymes, plan, tok.bos_id)

@@ -7,7 +7,6 @@ poems, why a keyword never takes a rhyming line's last character): docs/sampling
 from __future__ import annotations
 
 import random
-from bisect import bisect_right
 from dataclasses import dataclass
 from functools import partial
 from typing import Hashable, Iterable, Sequence
@@ -69,17 +68,12 @@ class Placement:
         self._fits: dict[tuple, bool] = {}
         self._starts: dict[tuple, tuple[str, ...]] = {}
 
-    def _line(self, i: int, k: int) -> tuple[int, int, int]:
-        """(line, its first position, its end) of position k in template i."""
-        t = self.templates[i]
-        line = bisect_right(t.starts, k) - 1
-        return line, t.starts[line], t.starts[line + 1] if line + 1 < len(t.starts) else t.length
-
     def fits(self, i: int, k: int, w: str) -> bool:
         """Whether keyword w can stand from position k of template i (module docstring)."""
         key = (i, k, w)
         if key not in self._fits:
-            t, (_, start, end) = self.templates[i], self._line(i, k)
+            t = self.templates[i]
+            _, start, end = t.span(k)
             self._fits[key] = k + len(w) <= end and not any(k + j in t.rhyme_at for j in range(len(w))) and \
                 (self.acrostic is None or k != start or w[0] == self.acrostic.at(i, k)) and \
                 (self.tones is None or self.tones.fits(i, k, w))
@@ -87,7 +81,7 @@ class Placement:
 
     def _behind(self, i: int, line: int, words: frozenset[str], total: int) -> bool:
         """Whether a row starting `line` of template i with `words` of `total` unwritten is behind its sections."""
-        first, n_lines = self._line(i, self.first)[0], len(self.templates[i].starts)
+        first, n_lines = self.templates[i].line_of(self.first), len(self.templates[i].starts)
         return line > first and total - len(words) < (line - first) * total // (n_lines - first)
 
     def placeable(self, i: int, k: int, words: frozenset[str], total: int) -> bool:
@@ -97,7 +91,7 @@ class Placement:
             return True
         if sum(map(len, words)) > self.templates[i].length - k:
             return False
-        line, start, _ = self._line(i, k)
+        line, start, _ = self.templates[i].span(k)
         if k == start and self._behind(i, line, words, total):
             return False
         key = (i, k, words, total)
@@ -143,12 +137,11 @@ class Placement:
     def _draw_slot(self, i: int, k: int, row: KeywordRow) -> int | None:
         """A position for the row's next keyword in template i (module docstring), None if none."""
         t, shortest = self.templates[i], min(map(len, row.pending))
-        first, n_lines = self._line(i, self.first)[0], len(t.starts)
+        first, n_lines = t.line_of(self.first), len(t.starts)
         due, places = row.total - len(row.pending), {}
-        for line in range(self._line(i, k)[0], n_lines):
+        for line in range(t.line_of(k), n_lines):
             if (line - first) * row.total // (n_lines - first) == due:
-                end = t.starts[line + 1] if line + 1 < n_lines else t.length
-                if found := [p for p in range(t.starts[line], end - shortest, 2) if p >= k]:
+                if found := [p for p in range(t.starts[line], t.ends[line] - shortest, 2) if p >= k]:
                     places[line] = found
         if not places:
             return None
@@ -171,7 +164,7 @@ class Placement:
             raise ValueError(f"the keywords {'、'.join(words)} have {total} characters, more than {name} holds ({size})")
         for w in words:
             if self.tones and not any(self.tones.fits(i, j, w) for i in live for j in range(self.templates[i].length)
-                                      if j + len(w) <= self._line(i, j)[2]):
+                                      if j + len(w) <= self.templates[i].span(j)[2]):
                 tones = "".join("/".join(sorted(self.tones.tones.get(c, ()))) or "?" for c in w)
                 raise ValueError(f"the keyword {w} ({tones}) fits no position of {name}'s 平仄 (meter=true)")
         if not any(self.placeable(i, k, frozenset(words), len(words)) for i in live):

@@ -76,8 +76,9 @@ class Decision:
     """What `decide` made of the options, once (frozen): the processors, `sample.py`, the studio and
     evaluation read it, and none decides again. form: `CI` for a 词, None for a free poem; tunes:
     each 词's tune, resolved before the title's plan (() for a 诗); templates: each row's, or one
-    tuple for every row; rhyme: kept (a 诗's meter keeps it); plan_rhymes: the plan's rhyme slot
-    names a rhyme (a 词's only with 词林正韵 tokens); prompt, acrostic, keywords (one tuple for every
+    tuple for every row; rhyme: kept (meter keeps it where the book says, `Book.meter_rhymes`);
+    plan_rhymes: the only rhyme tokens the plan's rhyme slot takes (soft rhyme: its book's classes,
+    `Book.plan_rhymes`; (): any); prompt, acrostic, keywords (one tuple for every
     row, or one per row): cleaned, in the model's script; title_plan_words: a title's planned words
     (None: no plan); plans: each row's given plan ids; to_draw: the plan tokens the model draws;
     constraint: the masks of the form, tune or acrostic (None without, or for a 诗 under soft
@@ -87,7 +88,7 @@ class Decision:
     templates: tuple[tuple[Template, ...], ...]
     control: str
     rhyme: bool
-    plan_rhymes: bool
+    plan_rhymes: tuple[int, ...]
     prompt: str
     acrostic: str
     keywords: tuple[tuple[str, ...], ...]
@@ -131,10 +132,10 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
         raise ValueError("rhyme needs a form or an acrostic to know where lines end")
     keywords = tuple(tuple(engine.to_model_text(w, "keywords") for w in row)
                      for row in keyword_rows(planned.keywords, opts.num_samples))
-    rhyme = opts.rhyme or (opts.meter and not tunes_)
-    ids = plan_ids(engine.tokenizer)
-    draft = Decision(form, tuple(tunes_), tuple(templates), control, rhyme,
-                     control != "hard" and rhyme and (not tunes_ or bool(ids and ids.ci_rhymes)),
+    book = templates[0][0].book if templates else None
+    rhyme = opts.rhyme or (opts.meter and book.meter_rhymes)
+    real = tuple(book.plan_rhymes(plan_ids(engine.tokenizer)).values()) if control != "hard" and rhyme else ()
+    draft = Decision(form, tuple(tunes_), tuple(templates), control, rhyme, real,
                      engine.to_model_text(opts.prompt, "prompt"), acrostic, keywords, planned.keywords_forced,
                      keywords if planned is not opts else None, (), 0, None, False)
     return decide_rules(engine, draft, opts)
@@ -165,12 +166,9 @@ def decide_rules(engine: Engine, d: Decision, opts: SamplingOptions) -> Decision
     tokens (max_new_tokens) for the poem."""
     ids = plan_ids(engine.tokenizer)
     constraint = constraint_of(engine, d, opts)
-    if constraint is not None and d.tunes and d.control != "hard":
-        plans = constraint.plans(opts.num_samples, opts.seed)  # a template's token per row
-    elif d.control == "hard" or not d.form or d.tunes:
-        plans = [[]] * opts.num_samples
-    else:
-        plans = [[ids.forms.get(d.form, ids.forms["other"])]] * opts.num_samples
+    given = d.control != "hard" and d.form is not None  # the plan given: a 词's template token per row, a 诗's form
+    plans = constraint.plans(opts.num_samples, opts.seed) if given and d.tunes else \
+        [[ids.forms.get(d.form, ids.forms["other"])] if given else []] * opts.num_samples
     to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
     free_keywords = constraint is None and d.keywords_forced and any(d.keywords)
     if constraint is not None:
@@ -250,7 +248,7 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     to_draw = d.to_draw
     processors: list[LogitsProcessor] = [poem_boundaries(tok)]
     rules = rule_processors(engine, d, opts)
-    grammar = plan_grammar(tok, d.plan_rhymes, ci=bool(d.tunes)) if plan_ids(tok) else None
+    grammar = plan_grammar(tok, d.plan_rhymes) if plan_ids(tok) else None
     processors += [grammar, *rules] if grammar else rules
     if to_draw and opts.max_new_tokens <= to_draw:
         raise ValueError(f"max_new_tokens={opts.max_new_tokens} leaves no token for the poem after its "

@@ -19,12 +19,10 @@ from typing import Hashable, Iterable, Sequence
 import torch
 
 from data.tokenizer import CharTokenizer
-from data.verse.ci import rhyme_classes
 from data.verse.meter import LEVEL, OBLIQUE, tones
 from data.verse.plan import PlanIds
 from data.verse.poetry import is_hanzi
-from data.verse.rhyme import rhyme_groups
-from data.verse.templates import SHI_BOOK, Template
+from data.verse.templates import Book, Template
 from data.verse.tunes import EITHER
 
 
@@ -39,12 +37,10 @@ def vocabulary_tables(tok: CharTokenizer, script: str) -> tuple:
 
 
 @lru_cache(maxsize=16)
-def book_tables(tok: CharTokenizer, script: str, book: str) -> tuple[dict, dict]:
-    """(character → its classes, class → (V,) bool) of a rhyme book over a vocabulary: `SHI_BOOK`'s
-    classes are level-tone group names, `CI_BOOK`'s (部, tone) pairs (shared tensors: do not modify)."""
-    chars = [c for c in tok.itos if is_hanzi(c)]
-    classes = rhyme_groups(chars, script) if book == SHI_BOOK else \
-        {c: k for c, k in rhyme_classes(script).items() if c in tok.stoi and is_hanzi(c)}
+def book_tables(tok: CharTokenizer, script: str, book: Book) -> tuple[dict, dict]:
+    """(character → its classes, class → (V,) bool) of a rhyme book over a vocabulary (`Book.classes`;
+    shared tensors: do not modify)."""
+    classes = book.classes((c for c in tok.itos if is_hanzi(c)), script)
     masks: dict[Hashable, torch.Tensor] = {}
     for c, ks in classes.items():
         for k in ks:
@@ -63,11 +59,6 @@ def only(tok: CharTokenizer, chars: Iterable[str]) -> torch.Tensor:
     allowed = torch.zeros(tok.vocab_size, dtype=torch.bool)
     allowed[[tok.stoi[c] for c in chars]] = True
     return allowed
-
-
-def tone_of(cls) -> str:
-    """A class's tone: a 词林正韵 class carries it, a 平水韵 level-tone group is 平."""
-    return cls[1] if isinstance(cls, tuple) else LEVEL
 
 
 @dataclass
@@ -222,11 +213,9 @@ def rhyme_rule(tok: CharTokenizer, script: str, templates: Sequence[Template], p
     book = templates[0].book
     classes, masks = book_tables(tok, script, book)
     need = max(max(t.sizes) for t in templates)
-    open_ = {tone: frozenset(k for k, m in masks.items() if tone_of(k) == tone and m.sum() >= need) for tone in "平仄"}
+    open_ = {tone: frozenset(k for k, m in masks.items() if book.tone(k) == tone and m.sum() >= need) for tone in "平仄"}
     if not all(open_[tone] for t in templates for tone in t.segments):
-        what = "平水韵 level-tone group" if book == SHI_BOOK else "词林正韵 class"
         names = "、".join(dict.fromkeys(t.name for t in templates)) or "the acrostic"
-        raise ValueError(f"no {what} has {need} characters of the tone {names} rhymes in, in this vocabulary")
-    ids = {} if plan is None else plan.rhymes if book == SHI_BOOK else plan.ci_rhymes
-    return Rhyme(templates, classes, masks, open_, dict(ids))
+        raise ValueError(f"no {book.what} has {need} characters of the tone {names} rhymes in, in this vocabulary")
+    return Rhyme(templates, classes, masks, open_, dict(book.plan_rhymes(plan)))
 

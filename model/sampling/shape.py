@@ -17,8 +17,7 @@ from data.tokenizer import CharTokenizer
 from data.verse.ci import CI_LINE_END
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import is_hanzi
-from data.verse.templates import CI_BOOK, Template
-from data.verse.tunes import tunes
+from data.verse.templates import Template
 from model.sampling.keywords import KeywordRow, Keywords, Placement
 from model.sampling.rules import Acrostic, Row, Rule, Tones, only, rhyme_rule, vocabulary_tables
 
@@ -130,20 +129,15 @@ class TemplateConstraint:
 
     def _first_tokens(self, g: int, live: frozenset[int] | None = None) -> dict[int, int]:
         """The plan tokens naming group g's templates (or those among `live`) → the training poems each
-        holds: a tune's template tokens (a model trained with them); every form token for a 诗's
-        templates, whose plan is the model's own under `hard`; {} for none."""
-        t, ids = self.templates[min(self.groups[g])], self.plan
-        if t.book != CI_BOOK:
-            return dict.fromkeys(ids.forms.values(), 1)
-        kept = {self.templates[i].shape: self.templates[i].count for i in (live or self.groups[g])}
-        return {i: kept[s] for i, (name, k) in ids.templates.items()
-                if name == t.name and (s := tunes()[name][k].shape) in kept}
+        holds (`Book.first_tokens`); {} for none."""
+        live = sorted(live or self.groups[g])
+        return self.templates[live[0]].book.first_tokens(self.plan, [self.templates[i] for i in live])
 
     def plan_tokens(self, g: int) -> torch.Tensor:
         """(V,) bool: the plan tokens group g's rows may take in their plan slots (module docstring)."""
         ids, book = self.plan, self.templates[min(self.groups[g])].book
         first = list(self._first_tokens(g)) or [ids.forms["other"]]
-        rhymes = [*ids.rhymes.values(), ids.none, *(ids.ci_rhymes.values() if book == CI_BOOK else ())]
+        rhymes = [*{**ids.rhymes, **book.plan_rhymes(ids)}.values(), ids.none]
         if self.rhyme is not None and self.rhyme.plan:
             rhymes = [j for k, j in self.rhyme.plan.items() if self._plannable(g, k)]
         allowed = torch.zeros(self.tok.vocab_size, dtype=torch.bool)

@@ -17,20 +17,14 @@ from dataclasses import replace
 
 from data.title_plan import check_mode, nothing_planned, plan_size, planner
 from data.tokenizer import CharTokenizer
-from data.verse.tunes import find_tune
 from model.engine import Engine
 from model.sampling.conditions import check_title, per_row
 
 
-def plan_title(engine: Engine, title: str, form: str | None, tune: str = "", echo: bool = False) -> list[str]:
-    """The words planned for one title (either script; checked as `check_title`) of a poem of `form`
-    or a 词 to `tune` (either script, resolved here: the studio's and the benchmarks' entry), in the
-    model's script (echo: `title_plan=echo`'s); [] for no title. raises ValueError as
-    `check_title`, or for an unknown tune."""
-    return _planned(engine, title, plan_size(form, find_tune(tune) if tune else "", echo), echo)
-
-
-def _planned(engine: Engine, title: str, size: int, echo: bool = False) -> list[str]:
+def plan_title(engine: Engine, title: str, size: int, echo: bool = False) -> list[str]:
+    """The `size` words (`data.title_plan.plan_size`) planned for one title (either script; checked
+    as `check_title`), in the model's script (echo: `title_plan=echo`'s); [] for no title. raises
+    ValueError as `check_title`."""
     title = check_title(engine, title)
     return planner(engine.script).plan(title, size, echo) if title else []
 
@@ -66,7 +60,7 @@ def with_plan(engine: Engine, opts, form: str | None = None, tune: str = ""):
     if not asks_for_plan(opts):
         return opts
     echo = mode == "echo"
-    rows = [[w for w in _planned(engine, t, plan_size(form, tune, echo), echo) if not engine.tokenizer.unknown(w)]
+    rows = [[w for w in plan_title(engine, t, plan_size(form, tune, echo), echo) if not engine.tokenizer.unknown(w)]
             for t in per_row(opts.title, opts.num_samples, "title")]
     if not any(rows):
         return opts

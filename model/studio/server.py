@@ -56,11 +56,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from data.title_plan import nothing_planned
+from data.title_plan import nothing_planned, plan_size
 from data.tokenizer import StreamDecoder
 from data.verse.plan import plan_ids
 from data.verse.poetry import FORM_TITLES, VERSE_FORMS
-from data.verse.tunes import tunes
+from data.verse.tunes import find_tune, tunes
 from model.ablation import MODES
 from model.cli import USER_ERRORS
 from model.engine import Engine, Step
@@ -340,8 +340,9 @@ def create_app(checkpoint_dir: str | Path, ckpt_path: str | None = None, device:
         q = request.query_params
         try:
             engine = (await anyio.to_thread.run_sync(engine_for, q.get("ckpt_path") or None))[0]
-            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), q.get("form") or None,
-                                                   q.get("tune", ""), q.get("title_plan") == "echo")
+            echo, tune = q.get("title_plan") == "echo", q.get("tune", "")
+            size = plan_size(q.get("form") or None, find_tune(tune) if tune else "", echo)
+            words = await anyio.to_thread.run_sync(plan_title, engine, q.get("title", ""), size, echo)
         except USER_ERRORS as err:
             return error_response(f"error: {err}")
         note = {"note": nothing_planned(q["title"])} if not words and q.get("title") else {}
