@@ -110,16 +110,15 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
     has_plan = plan_ids(engine.tokenizer) is not None
-    if opts.control is not None and opts.control not in CONTROLS:
-        raise ValueError(f"control={opts.control!r} is not one of {', '.join(CONTROLS)}")
     control = opts.control or ("both" if has_plan else "hard")  # the default: both with plan tokens, else hard
+    if control not in CONTROLS:
+        raise ValueError(f"control={opts.control!r} is not one of {', '.join(CONTROLS)}")
     if control != "hard" and not has_plan:
         raise ValueError(f"control={control} needs a model trained with plan tokens (data.plan_tokens=true); "
                          "this one has none: use control=hard")
-    if control == "soft" and (opts.acrostic or opts.meter):
-        given = " and ".join(name for name, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on)
-        what = "are masks, not plan tokens" if " and " in given else "is a mask, not a plan token"
-        raise ValueError(f"{given} {what}: use control=hard or control=both")
+    if control == "soft" and (given := [n for n, on in (("acrostic", opts.acrostic), ("meter", opts.meter)) if on]):
+        what = "are masks, not plan tokens" if len(given) == 2 else "is a mask, not a plan token"
+        raise ValueError(f"{' and '.join(given)} {what}: use control=hard or control=both")
     form, tunes_ = decide_form(engine, opts, control)  # the tune resolved once, before the plan
     planned = with_plan(engine, opts, form, tunes_[0] if opts.tune else "")  # a title's planned words, as keywords
     acrostic = engine.to_model_text(opts.acrostic, "acrostic")
