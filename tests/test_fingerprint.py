@@ -11,7 +11,7 @@ def base(train_cfg):
 
 
 def test_settings_that_do_not_change_what_is_trained_keep_the_fingerprint(train_cfg, base):
-    """Callbacks, logger, paths, the run's name, the attention backend, a spelling of the same
+    """Callbacks (but the weight average), logger, paths, the run's name, the attention backend, a spelling of the same
     value: no part differs (the backends compute the same function). A setting left null is left
     out, as a config written before it existed left it (model.optim.embed_lr=null)."""
     same = fingerprint(train_cfg("logger=none", "~callbacks.samples", "run_name=other", "paths.log_dir=/elsewhere",
@@ -26,6 +26,7 @@ def test_settings_that_do_not_change_what_is_trained_keep_the_fingerprint(train_
     ("model.optim.embed_lr=null", "schedule"),
     ("data.mid_poem_fraction=0.5", "data"), ("data.anneal_fraction=0.2", "data"), ("seed=7", "data"),
     ("model.mlp_act=gelu", "model"), ("model.zero_init_proj=false", "model"), ("trainer.max_steps=30", "trainer"),
+    ("callbacks.ema=null", "trainer"), ("callbacks.ema.decay=0.99", "trainer"),
 ])
 def test_a_change_of_recipe_changes_the_part_it_acts_on(train_cfg, base, override, part):
     assert part in differences(base, fingerprint(train_cfg(override)))

@@ -2,7 +2,8 @@
 
 `fingerprint(cfg)` of a training config (conf/train.yaml composed) is a JSON-able dict:
 - `trainer`: the run's length and batching (max_steps, max_time, accumulate_grad_batches,
-  gradient_clip_val, precision, validation interval), data.batch_size and the seed;
+  gradient_clip_val, precision, validation interval), data.batch_size, the seed, and the decay
+  of the weight average the run keeps (`callbacks.ema`; absent: the trained weights);
 - `data`: SHA-256 digests of the training and validation token arrays, of the training windows'
   starts, of the whole run's window order (the sampler's, annealing phase included) and of
   the validation windows' contents;
@@ -12,7 +13,7 @@
   the run's first batches, on the CPU in float32: each step's loss and the norm of each
   parameter group's update (6 significant digits; the optimizer's kind shows in its groups).
 
-Callbacks, loggers, paths, the run's name and how a setting is spelled take no part: a cleanup
+Other callbacks, loggers, paths, the run's name and how a setting is spelled take no part: a cleanup
 that keeps behaviour keeps the fingerprint. `differences(a, b)` compares two; the float parts
 within `RTOL` relative, since CPUs differ in float32 rounding (about 1e-6 after three steps).
 """
@@ -110,7 +111,8 @@ def fingerprint(cfg: DictConfig) -> dict:
                         "accumulate_grad_batches": trainer.accumulate_grad_batches,
                         "gradient_clip_val": t.get("gradient_clip_val"), "precision": str(t.get("precision")),
                         "val_check_interval": t.get("val_check_interval"), "batch_size": dm.batch_size,
-                        "seed": cfg.seed},
+                        "seed": cfg.seed, **({"ema_decay": ema.decay} if (ema := (cfg.get("callbacks") or {}).get("ema"))
+                                             else {})},
             "data": data, "schedule": {"optim": {k: v for k, v in lit.hparams.optim.items()
                                                  if k != "name" and v is not None},
                                        "steps": marks, "lr": schedule},
