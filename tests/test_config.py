@@ -105,7 +105,8 @@ def test_every_entry_point_samples_with_the_packages_recipe(tmp_path):
     assert vars(instantiate(callbacks.evaluation).options) == vars(SamplingOptions(num_samples=16))
     callbacks = compose_train("sampling.temperature=0.5").callbacks  # one override for both callbacks
     assert callbacks.samples.temperature == callbacks.evaluation.temperature == 0.5
-    assert list(callbacks) == ["model_checkpoint", "lr_monitor", "attention_maps", "samples", "evaluation", "head_effects"]
+    assert list(callbacks) == ["ema", "model_checkpoint", "lr_monitor", "attention_maps", "samples", "evaluation",
+                              "head_effects"]
 
     edited = {**RECIPE, "temperature": 0.7, "top_k": 40, "top_p": None, "repetition_penalty": 1.2, "seed": 7}
     OmegaConf.save(edited, tmp_path / "recipe.yaml")
