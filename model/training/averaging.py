@@ -42,4 +42,3 @@ class EMA(WeightAveraging):
         if not 0.0 < decay < 1.0:
             raise ValueError(f"callbacks.ema.decay must be in (0, 1), got {decay}")
         super().__init__(multi_avg_fn=partial(ema_update, decay))
-        self.decay = decay
