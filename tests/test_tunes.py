@@ -103,6 +103,9 @@ def test_the_rhyme_book_is_where_a_shi_and_a_ci_differ():
     named = CI_BOOK.first_tokens(ids, huanxisha)
     assert named and {ids.tune_of[i] for i in named} == {"浣溪沙"} and min(named.values()) > 0
     assert wujue.span(7) == (1, 5, 10) and wujue.ends == (5, 10, 15, 20)
+    assert CI_BOOK.masks_draw_plan and not SHI_BOOK.masks_draw_plan  # a tune's template token, a form's given
+    shi_only = plan_ids(plan_lit(False).tokenizer)  # a model without tune tokens names no 词 template
+    assert SHI_BOOK.named_by(shi_only) and not CI_BOOK.named_by(shi_only) and CI_BOOK.named_by(ids)
 
 
 def test_a_tune_is_found_by_its_other_names_in_either_script(lit):

@@ -48,6 +48,17 @@ class Book:
     def meter_rhymes(self) -> bool:
         return not self.tuned
 
+    @property
+    def masks_draw_plan(self) -> bool:
+        """The masks draw each poem's plan, under soft control too: a tune's template token, one per
+        row (a 诗's plan is its form's token, given, so under soft control it needs no mask)."""
+        return self.tuned
+
+    def named_by(self, ids: PlanIds) -> bool:
+        """A model's plan tokens (`ids`) can name this book's templates: a 诗's, by the form tokens
+        every plan model has; a 词's, only by a tune's template tokens (an `experiment=ci` model)."""
+        return not self.tuned or bool(ids.templates)
+
     def classes(self, chars: Iterable[str], script: str) -> dict[str, frozenset]:
         """Character → its classes in this book, for those of `chars` that it has."""
         if not self.tuned:

@@ -165,8 +165,8 @@ def decide_rules(engine: Engine, d: Decision, opts: SamplingOptions) -> Decision
     tokens (max_new_tokens) for the poem."""
     ids = plan_ids(engine.tokenizer)
     constraint = constraint_of(engine, d, opts)
-    given = d.control != "hard" and d.form is not None  # the plan given: a 词's template token per row, a 诗's form
-    plans = constraint.plans(opts.num_samples, opts.seed) if given and d.tunes else \
+    given = d.control != "hard" and d.form is not None  # the plan given: drawn by the masks, or the form's token
+    plans = constraint.plans(opts.num_samples, opts.seed) if given and d.templates[0][0].book.masks_draw_plan else \
         [[ids.forms.get(d.form, ids.forms["other"])] if given else []] * opts.num_samples
     to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
     free_keywords = constraint is None and d.keywords_forced and any(d.keywords)
@@ -193,9 +193,10 @@ def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> Templat
     forced = d.keywords if d.keywords_forced and any(d.keywords) else []
     if forced:
         check_forced(engine.tokenizer, forced, d.control)
-    if d.control == "soft" and not d.tunes:
-        return None  # a 诗's form is its plan token: nothing to mask, nor to check
-    if d.tunes and d.control == "soft" and not plan_ids(engine.tokenizer).tunes:
+    book = d.templates[0][0].book
+    if d.control == "soft" and not book.masks_draw_plan:
+        return None  # the form is its plan token: nothing to mask, nor to check
+    if d.control == "soft" and not book.named_by(plan_ids(engine.tokenizer)):
         raise ValueError("this model has no tune plan tokens (an experiment=ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
     constraint = TemplateConstraint(engine.tokenizer, list(d.templates), engine.script, d.rhyme, opts.meter,
