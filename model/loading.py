@@ -226,7 +226,7 @@ def weights_sha(state_dict: dict) -> str:
     for name in sorted(state_dict):
         t = state_dict[name].detach().cpu().contiguous()
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # a 0-dim one too
     return h.hexdigest()
 
 

@@ -78,3 +78,12 @@ def test_a_checkpoint_written_before_the_record_loads_with_it(tmp_path):
     assert meta.finetuned.from_path == "checkpoints/base-default/last.ckpt" and meta.finetuned.poets == ("白居易",)
     torch.save({"hyper_parameters": dict(plain.hparams), "state_dict": plain.state_dict()}, path)  # trained plain
     assert load_engine(path).meta == CheckpointMeta(weights_sha=weights_sha(plain.state_dict()))
+
+
+def test_weights_sha_digests_every_tensor_by_its_bytes_a_scalar_too():
+    import hashlib
+
+    w = torch.tensor([1.0, 2.0])
+    expected = hashlib.sha256(b"w torch.float32 (2,)" + w.numpy().tobytes()).hexdigest()
+    assert weights_sha({"w": w}) == expected  # the digest the results record, unchanged
+    assert weights_sha({"s": torch.tensor(1.0)}) != weights_sha({"s": torch.tensor(2.0)})  # a 0-dim parameter
