@@ -62,7 +62,7 @@ def test_small_is_the_default_recipe_at_6x6x384():
     assert small == {**tiny, **shape}
     assert gpu == {**tiny, **shape, "dropout": 0.1,
                    "optim": {**tiny["optim"], "lr": 1e-3, "warmup_steps": 200, "min_lr_ratio": 0.1,
-                                        "embed_lr": None, "muon_lr": 0.02}}
+                                        "embed_lr": None, "muon_lr": 0.02, "muon_momentum_warmup": 0}}
 
 
 RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,

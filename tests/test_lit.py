@@ -92,6 +92,8 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     assert [g["name"] for g in opt.param_groups] == ["muon", "decay", "no_decay"]
     names = {id(p): n for n, p in m.gpt.named_parameters()}
     assert muon["use_muon"] and muon["lr"] == 0.02 and muon["weight_decay"] == 0.0
+    assert muon["momentum_warmup"] == 0  # an optim from before the warm-up (a checkpoint's): none, as it was trained
+    assert build_optimizer(m.gpt, {**OPTIM, "muon_momentum_warmup": 300}).param_groups[0]["momentum_warmup"] == 300
     assert {names[id(p)] for p in muon["params"]} == {f"blocks.{i}.{w}.weight" for i in range(2)
                                                      for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
     assert {names[id(p)] for p in decay["params"]} == {"wte.weight", "wpe.weight"}  # the tied head is wte

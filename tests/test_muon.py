@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from model.training.muon import MuonAdamW, orthogonalize
+from model.training.muon import MuonAdamW, momentum_at, orthogonalize
 
 
 @pytest.mark.parametrize("shape", [(96, 384), (384, 96), (32, 32)])
@@ -68,3 +68,33 @@ def test_state_survives_a_save_and_load():
     again.load_state_dict(opt.state_dict())
     assert torch.equal(again.state[model[0].weight]["momentum_buffer"], opt.state[model[0].weight]["momentum_buffer"])
     assert torch.equal(again.state[model[0].bias]["exp_avg"], opt.state[model[0].bias]["exp_avg"])
+
+
+def test_momentum_warms_up_from_085_to_the_groups_over_its_steps_and_resumes_where_it_was():
+    assert momentum_at(0, 0.95, 300) == 0.85 and momentum_at(300, 0.95, 300) == 0.95
+    assert momentum_at(150, 0.95, 300) == pytest.approx(0.90) and momentum_at(0, 0.95, 0) == 0.95
+    torch.manual_seed(0)
+    g1, g2 = torch.randn(6, 3), torch.randn(6, 3)
+
+    def two_steps(warmup, resume=False):
+        w = torch.nn.Parameter(torch.zeros(6, 3))
+        group = {"params": [w], "use_muon": True, "lr": 0.1, "momentum": 0.95, "momentum_warmup": warmup}
+        opt = MuonAdamW([group])
+        w.grad = g1.clone()
+        opt.step()
+        if resume:  # a new optimizer from the saved state: the step count travels with it
+            state = opt.state_dict()
+            opt = MuonAdamW([{**group, "params": [w]}])
+            opt.load_state_dict(state)
+        w.grad = g2.clone()
+        opt.step()
+        return w.detach().clone()
+
+    buf = 0.15 * g1  # the first step at μ = 0.85
+    first = -0.1 * 2 ** 0.5 * orthogonalize(g1.lerp(buf, 0.85))
+    mu = momentum_at(1, 0.95, 2)  # 0.90, the second step's
+    buf = buf.lerp(g2, 1 - mu)
+    expected = first - 0.1 * 2 ** 0.5 * orthogonalize(g2.lerp(buf, mu))
+    torch.testing.assert_close(two_steps(2), expected)
+    assert torch.equal(two_steps(2, resume=True), two_steps(2))
+    assert not torch.allclose(two_steps(0), expected)  # no warm-up: 0.95 from the first step

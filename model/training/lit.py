@@ -212,7 +212,8 @@ def model_settings(cfg) -> dict:
 
 
 def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
-    """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_weight_decay) for the
+    """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_momentum_warmup (absent:
+    0), muon_weight_decay) for the
     weight matrices inside the blocks, AdamW (lr, betas, weight_decay on matrices only, as nanoGPT)
     for embeddings, output layer and vectors; with `embed_lr` set (not None), the embedding tables
     (every `nn.Embedding`'s weight not tied to the output layer) take AdamW at that rate instead.
@@ -234,7 +235,7 @@ def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
     if tables:
         groups.append({"params": tables, "weight_decay": o["weight_decay"], "name": "embed", "lr": o["embed_lr"]})
     muon = {"params": hidden, "use_muon": True, "name": "muon", "lr": o["muon_lr"], "momentum": o["muon_momentum"],
-            "weight_decay": o["muon_weight_decay"]}
+            "momentum_warmup": o.get("muon_momentum_warmup", 0), "weight_decay": o["muon_weight_decay"]}
     return MuonAdamW([muon, *groups], lr=o["lr"], betas=tuple(o["betas"]))
 
 

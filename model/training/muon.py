@@ -15,6 +15,16 @@ from torch.optim.adamw import adamw
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 """The quintic Newton–Schulz coefficients of Jordan et al. 2024 (fast slope at 0, not exact)."""
+MOMENTUM_START = 0.85
+"""Muon's momentum at the first step of a warm-up (modded-nanogpt's, Jordan et al. 2024)."""
+
+
+def momentum_at(step: int, momentum: float, warmup: int) -> float:
+    """Muon's momentum at `step` (0-based, the parameter's own steps): linear from `MOMENTUM_START`
+    to `momentum` over the first `warmup` steps, then `momentum` (warmup 0: always), e.g.
+    `momentum_at(0, 0.95, 300) == 0.85`, `momentum_at(150, 0.95, 300) ≈ 0.90`."""
+    f = min(1.0, step / warmup) if warmup > 0 else 1.0
+    return (1 - f) * MOMENTUM_START + f * momentum
 
 
 def orthogonalize(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
@@ -45,17 +55,18 @@ def orthogonalize(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
 class MuonAdamW(torch.optim.Optimizer):
     """Parameter groups with `use_muon=True` take Muon steps, the others AdamW steps.
 
-    A Muon group: lr (0.02 is typical), momentum (0.95, Nesterov), weight_decay (decoupled,
-    as in AdamW); every parameter must be 2-D. Its update is `orthogonalize(momentum)` scaled
-    by √max(1, rows/cols). An AdamW group: lr, betas, eps, weight_decay, as `torch.optim.AdamW`
-    (its functional form does the step). raises ValueError if a Muon group holds a parameter
-    that is not a matrix.
+    A Muon group: lr (0.02 is typical), momentum (0.95, Nesterov), momentum_warmup (steps of
+    `momentum_at`'s warm-up; 0: none), weight_decay (decoupled, as in AdamW); every parameter must
+    be 2-D; its state counts its steps (`step`), so a resumed run goes on with the momentum it had.
+    Its update is `orthogonalize(momentum)` scaled by √max(1, rows/cols). An AdamW group: lr,
+    betas, eps, weight_decay, as `torch.optim.AdamW` (its functional form does the step).
+    raises ValueError if a Muon group holds a parameter that is not a matrix.
     """
 
     def __init__(self, param_groups: list[dict], lr: float = 1e-3, betas=(0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.95, ns_steps: int = 5):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, momentum=momentum,
-                        ns_steps=ns_steps, use_muon=False)
+                        momentum_warmup=0, ns_steps=ns_steps, use_muon=False)
         super().__init__(param_groups, defaults)
         for group in self.param_groups:
             if group["use_muon"] and any(p.dim() != 2 for p in group["params"]):
@@ -76,11 +87,13 @@ class MuonAdamW(torch.optim.Optimizer):
         return loss
 
     def _muon(self, group: dict, params: list[torch.Tensor]) -> None:
-        lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+        lr, wd = group["lr"], group["weight_decay"]
         for p in params:
             state = self.state[p]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p)
+            step = state.get("step", 0)  # a checkpoint from before the count: from 0
+            mu, state["step"] = momentum_at(step, group["momentum"], group["momentum_warmup"]), step + 1
             buf = state["momentum_buffer"]
             buf.lerp_(p.grad, 1 - mu)  # buf ← μ·buf + (1 − μ)·g
             update = p.grad.lerp(buf, mu)  # Nesterov: (1 − μ)·g + μ·buf
