@@ -43,6 +43,10 @@ def break_couplets(text: str) -> str:
     return "".join(c + "\n" if c in LINE_END[1:] else c for c in text)
 
 
+FORMATS = ("text", "jsonl")
+"""How `sample` prints the poems (conf/sample.yaml's `format`)."""
+
+
 def as_lines(poem: str) -> str:
     """A poem printed one couplet per line, without trailing line break."""
     return break_couplets(poem).strip()
@@ -52,11 +56,13 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     """Generate `cfg.num_samples` poems, print them in `cfg.format`, return them as plain text.
 
     A single poem in text format is printed as it is generated. raises FileNotFoundError (no
-    checkpoint), ValueError (bad options, a prompt or acrostic outside the vocabulary or not
+    checkpoint), ValueError (bad options, an unknown format, a prompt or acrostic outside the vocabulary or not
     fitting the form), BackendUnavailableError — all before any generation.
     """
     if cfg.tunes == "list":
         return list_tunes(out)
+    if cfg.format not in FORMATS:
+        raise ValueError(f"format={cfg.format!r} is not one of {', '.join(FORMATS)}")
     opts = SamplingOptions(**{k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
                               for k in OPTIONS})  # per-poem lists as Python lists, as from Python
     corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means

@@ -67,3 +67,15 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(monkeypatch):
     with pytest.raises(SystemExit) as end:
         entry()
     assert end.value.code == 1 and calls == [97] and end.value.__cause__ is None
+
+
+def test_sample_py_refuses_an_unknown_format_in_one_line_before_reading_a_checkpoint(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "sample.py"), "format=xml", f"ckpt_path={tmp_path / 'none.ckpt'}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == "error: format='xml' is not one of text, jsonl"

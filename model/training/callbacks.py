@@ -264,5 +264,6 @@ class HeadEffectsLogger(L.Callback):
         rows += [[f"L{m['layer']} mean", *(m[k] for k in KINDS)] for m in effects["layer_mean"]]
         logger.log_table(key="heads/effects", columns=["head", *KINDS], data=rows, step=trainer.global_step)
         logger.log_metrics({"heads/seconds": self.seconds}, step=trainer.global_step)
-        rank_zero_info(f"switched each head off on {len(poems)} validation poems in {self.seconds:.1f} s "
+        rank_zero_info(f"switched each head off on {len(poems)} validation poems of {Path(self.corpus_path).name} "
+                       f"(every poet's) in {self.seconds:.1f} s "
                        "(heads/effects; '~callbacks.head_effects' turns it off)")
