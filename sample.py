@@ -56,8 +56,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     """Generate `cfg.num_samples` poems, print them in `cfg.format`, return them as plain text.
 
     A single poem in text format is printed as it is generated. raises FileNotFoundError (no
-    checkpoint), ValueError (bad options, an unknown format, a prompt or acrostic outside the vocabulary or not
-    fitting the form), BackendUnavailableError — all before any generation.
+    checkpoint), ValueError (bad options, an unknown format, a prompt or acrostic outside the
+    vocabulary or not fitting the form), BackendUnavailableError — all before any generation.
     """
     if cfg.tunes == "list":
         return list_tunes(out)

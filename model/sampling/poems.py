@@ -19,7 +19,7 @@ from data.keywords import keyword_rows
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import VERSE_FORMS, is_hanzi
-from data.verse.templates import CI, Template, acrostic_templates, form_templates, row_tunes, tune_templates
+from data.verse.templates import CI, Book, Template, acrostic_templates, form_templates, row_tunes, tune_templates
 from model.decoding import RepetitionPenalty, check_sampling_args, sampler
 from model.engine import Engine, LogitsProcessor, Step
 from model.sampling.conditions import condition_segments, has_conditions
@@ -99,6 +99,10 @@ class Decision:
     constraint: TemplateConstraint | None
     free_keywords: bool
 
+    @property
+    def book(self) -> Book | None:  # the templates' rhyme book (`Book`), None without templates
+        return self.templates[0][0].book if self.templates else None
+
 
 def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     """Check the options and decide what they ask for (`Decision`). raises ValueError for bad
@@ -166,7 +170,7 @@ def decide_rules(engine: Engine, d: Decision, opts: SamplingOptions) -> Decision
     ids = plan_ids(engine.tokenizer)
     constraint = constraint_of(engine, d, opts)
     given = d.control != "hard" and d.form is not None  # the plan given: drawn by the masks, or the form's token
-    plans = constraint.plans(opts.num_samples, opts.seed) if given and d.templates[0][0].book.masks_draw_plan else \
+    plans = constraint.plans(opts.num_samples, opts.seed) if given and d.book.masks_draw_plan else \
         [[ids.forms.get(d.form, ids.forms["other"])] if given else []] * opts.num_samples
     to_draw = PLAN_SLOTS - len(plans[0]) if ids else 0
     free_keywords = constraint is None and d.keywords_forced and any(d.keywords)
@@ -193,10 +197,9 @@ def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> Templat
     forced = d.keywords if d.keywords_forced and any(d.keywords) else []
     if forced:
         check_forced(engine.tokenizer, forced, d.control)
-    book = d.templates[0][0].book
-    if d.control == "soft" and not book.masks_draw_plan:
+    if d.control == "soft" and not d.book.masks_draw_plan:
         return None  # the form is its plan token: nothing to mask, nor to check
-    if d.control == "soft" and not book.named_by(plan_ids(engine.tokenizer)):
+    if d.control == "soft" and not d.book.named_by(plan_ids(engine.tokenizer)):
         raise ValueError("this model has no tune plan tokens (an experiment=ci model has), so it keeps a tune by masks "
                          "only: use control=hard or both")
     constraint = TemplateConstraint(engine.tokenizer, list(d.templates), engine.script, d.rhyme, opts.meter,

@@ -6,8 +6,8 @@ for each validation, and writes it as a checkpoint's `state_dict` (the trained w
 `current_model_state`, from which a resumed run continues, with the average restored); at the end
 of training it copies the average into the model, so the callbacks that run then, `sample.py`,
 `evaluate.py` and a fine-tune's `init_from` all read the average. The samples and attention maps
-logged at each validation's end read the trained weights (the average is swapped out by then). What the EMA gained, at two
-seeds: docs/experiments.md, "2026-12-06: The speedrun's levers, continued".
+logged at each validation's end read the trained weights (the average is swapped out by then).
+What the EMA gained, at two seeds: docs/experiments.md, "2026-12-06: The speedrun's levers, continued".
 """
 from __future__ import annotations
 

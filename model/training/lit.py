@@ -212,10 +212,9 @@ def model_settings(cfg) -> dict:
 
 
 def build_optimizer(gpt: torch.nn.Module, o: dict) -> torch.optim.Optimizer:
-    """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_momentum_warmup (absent:
-    0), muon_weight_decay) for the
-    weight matrices inside the blocks, AdamW (lr, betas, weight_decay on matrices only, as nanoGPT)
-    for embeddings, output layer and vectors; with `embed_lr` set (not None), the embedding tables
+    """`MuonAdamW` over gpt's parameters: Muon (muon_lr, muon_momentum, muon_momentum_warmup (absent: 0),
+    muon_weight_decay) for the weight matrices inside the blocks, AdamW (lr, betas, weight_decay on
+    matrices only, as nanoGPT) for embeddings, output layer and vectors; with `embed_lr` set (not None), the embedding tables
     (every `nn.Embedding`'s weight not tied to the output layer) take AdamW at that rate instead.
     The groups are named (`muon`, `decay`, `no_decay`, and `embed` with embed_lr): the
     learning-rate monitor logs `lr-MuonAdamW/muon`, ... The nanoGPT reference's AdamW is
