@@ -218,10 +218,12 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
     as the title plan finds them), the title's characters taken out of them too (the unit mean; 0
     for a title no training title shares a character with).
     Per form (`TOPIC_FORMS`), poems sampled in one batch for the titles: with the title's plan
-    (`title_plan=true`, a word a couplet of a form; `echo`: `title_plan=echo`, the plan before issue
+    (`title_plan=true`, a word a couplet of a form, leaning toward its words by the recipe's
+    `topic_lean`; `no_lean`: the same, `topic_lean=0`; `echo`: `title_plan=echo`, the plan before issue
     60; `hints`: `title_plan=hints`, the plan's words in the condition segment only, the model's input;
     `line`, for a form: the plan's first words, a word a line), each also with the planned
-    words' characters taken out, with the title alone (`title_plan=false`), untitled, each with its
+    words' characters taken out, against its own title's topic and against the next title's
+    (`_other_title`: chance for these very poems), with the title alone (`title_plan=false`), untitled, each with its
     form, rhyme and distinct-2 (`metrics`); the real held-out poems; chance: the real poems against the next title's topic.
     Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -250,15 +252,18 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
         row[name] = score(poems)
         if words is not None:
             row[f"{name}_without_its_words"] = score(poems, words)
+            row[f"{name}_without_its_words_other_title"] = score(poems, words, shift=1)
         m = poem_metrics(poems, engine.script, lines)
         row.setdefault("metrics", {})[name] = {k: m[k] for k in ("regulated", "rhyme_regulated", "distinct_2")}
     for form in TOPIC_FORMS:
         shape = {"num_samples": len(titles), "seed": seed, **({} if form == "free" else {"form": form})}
         row = out["forms"][form] = {}
-        for name, mode in (("plan", True), ("echo", "echo"), ("hints", "hints")):  # echo: the plan before issue 60
+        for name, mode, lean in (("plan", True, {}), ("no_lean", True, {"topic_lean": 0.0}), ("echo", "echo", {}),
+                                 ("hints", "hints", {})):  # echo: the plan before issue 60; no_lean: without TopicLean
             size = plan_size(shape.get("form"), echo=mode == "echo")
             words = [set("".join(plan_title(engine, t, size, echo=mode == "echo"))) for t in titles]
-            measured(row, name, sample_poems(engine, SamplingOptions(title=titles, title_plan=mode, **shape)), words)
+            measured(row, name, sample_poems(engine, SamplingOptions(title=titles, title_plan=mode, **lean, **shape)),
+                     words)
         if form != "free":  # the A/B of issue 60: a word a line instead of a word a couplet
             rows = [[w for w in planner(engine.script).plan(t, VERSE_FORMS[form][0]) if not engine.tokenizer.unknown(w)]
                     for t in titles]

@@ -298,10 +298,11 @@ def topic_text(topic: dict | None) -> list[str]:
     plan (its relevance, with its words taken out too, regular form, rhyme, distinct-2)."""
     if not topic:
         return []
-    labels = {"plan": "`title_plan=true`", "echo": "`title_plan=echo`", "hints": "`title_plan=hints`",
-              "line": "a word a line", "title_alone": "title alone", "untitled": "untitled"}
-    rows = [[f"`{form}`", label, f"{r[name]:.3f}", f"{r[f'{name}_without_its_words']:.3f}"
-             if f"{name}_without_its_words" in r else "–",
+    labels = {"plan": "`title_plan=true`", "no_lean": "the same, `topic_lean=0`", "echo": "`title_plan=echo`",
+              "hints": "`title_plan=hints`", "line": "a word a line", "title_alone": "title alone", "untitled": "untitled"}
+    rows = [[f"`{form}`", label, f"{r[name]:.3f}", *(f"{r[f'{name}_without_its_words{k}']:.3f}"
+                                                     if f"{name}_without_its_words{k}" in r else "–"
+                                                     for k in ("", "_other_title")),
              *(f"{r['metrics'][name][k]:.1%}" for k in ("regulated", "rhyme_regulated", "distinct_2"))]
             for form, r in topic["forms"].items() for name, label in labels.items() if name in r]
     halfway = ", ".join(f"`{form}` {r['halfway']:.2f}" for form, r in topic["forms"].items())
@@ -309,8 +310,8 @@ def topic_text(topic: dict | None) -> list[str]:
             "of the poem, which is compared with the poems of the training titles nearest it): the real poems "
             f"{topic['real_poems']:.3f}, chance (the real poems against another title) {topic['chance']:.3f}; the "
             f"plan's share of the way from chance to the real poems: {halfway}.",
-            table(["form", "poems", "relevance", "its words taken out too", "regular form", "rhyme", "distinct-2"],
-                  rows)]
+            table(["form", "poems", "relevance", "its words taken out too", "the same, another title's topic",
+                   "regular form", "rhyme", "distinct-2"], rows)]
 
 
 def relevance_text(rel: dict) -> str:

@@ -20,6 +20,11 @@ Built once from the training poems (`TitlePlanner.build`, cached by `load_planne
 3. words taken best first, skipping a word that shares a character with one already taken, until k.
 A title none of whose characters a training title has plans nothing ([]). Deterministic: the same
 title gives the same words (ties go to the word seen first in the corpus).
+
+`TitlePlanner.leaning(words)`: the characters the poems using the planned words use more than
+poems at large (their log-lift), which sampling adds to the logits (`topic_lean`, weighted decoding
+as Ghazvininejad et al. 2016, "Generating Topical Poetry", §5, add a topic's words' similarity), so
+that the rest of a line is written toward the words, not only around them (issue 60).
 """
 from __future__ import annotations
 
@@ -50,12 +55,16 @@ CORPUS = CORPUS_DIR / "tang.jsonl.xz"
 """The corpus whose training poems the plan draws from (every model's reference corpus)."""
 CACHE_DIR = PACKAGE_DIR / "cache"
 PLAN_MODES = (True, False, "hints", "echo")
-PLAN_VERSION = 3  # bump when the index format or its words change
+PLAN_VERSION = 4  # bump when the index format or its words change
 NEIGHBOURS = 50
 """How many nearest training titles lend their poems' words (step 2)."""
 MIN_POEMS = 3
 """The fewest training poems a planned word stands in (rarer ones are mostly jieba's mis-cuts)."""
 NUMERALS = set("一二三四五六七八九十百千两")
+LEAN_PRIOR = 10
+"""`leaning`'s pseudo-count: poems added to the observed and the expected count of a character."""
+LEAN_CAP = 3.0
+"""The largest log-lift `leaning` gives (nats: a character 20× likelier)."""
 
 
 def _ngrams(title: str) -> list[str]:
@@ -80,15 +89,21 @@ def words_of(text: str) -> list[str]:
                               if len(w) >= 2 and all(map(is_hanzi, w))))
 
 
+MATRICES = {"titles": "titles", "poems": "poems", "chars": "char_poems"}
+"""The index's sparse matrices as `save` names them: file prefix → attribute."""
+
+
 class TitlePlanner:
     """The index of `build`: grams (G,) title n-grams and their idf (G,) float; titles (N, G) CSR,
     unit rows; words (W,) the poems' words and df (W,) how many poems use each; poems (N, W) CSR 0/1 (which words each
-    poem uses)."""
+    poem uses); chars (C,) the poems' CJK characters and char_poems (N, C) CSR 0/1 (which each poem uses)."""
 
     def __init__(self, grams: list[str], gram_idf: np.ndarray, titles: sparse.csr_matrix, words: list[str],
-                 df: np.ndarray, poems: sparse.csr_matrix):
+                 df: np.ndarray, poems: sparse.csr_matrix, chars: list[str], char_poems: sparse.csr_matrix):
         self.grams, self.gram_idf, self.titles = grams, gram_idf, titles
         self.words, self.df, self.poems = words, df, poems
+        self.chars, self.char_poems, self.by_word = chars, char_poems, poems.tocsc()
+        self.char_rate = np.asarray(char_poems.sum(0)).ravel() / max(1, char_poems.shape[0])  # (C,) share of poems
         n = poems.shape[0]  # step 2's weights: idf, 0 for a word it never takes
         self.word_idf = np.log((1 + n) / (1 + df)) * (df >= MIN_POEMS) * np.array([len(w) == 2 for w in words])
         self.gram_ids = {g: i for i, g in enumerate(grams)}
@@ -116,7 +131,15 @@ class TitlePlanner:
                 rows.append(i)
                 cols.append(words.setdefault(w, len(words)))
         poems = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(n, len(words)))
-        return cls(list(grams), gram_idf, titles_m, list(words), np.bincount(cols, minlength=len(words)), poems)
+        df = np.bincount(cols, minlength=len(words))
+        chars: dict[str, int] = {}
+        rows, cols = [], []
+        for i, text in enumerate(texts):
+            for c in dict.fromkeys(filter(is_hanzi, text)):
+                rows.append(i)
+                cols.append(chars.setdefault(c, len(chars)))
+        char_poems = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(n, len(chars)))
+        return cls(list(grams), gram_idf, titles_m, list(words), df, poems, list(chars), char_poems)
 
     def plan(self, title: str, k: int, echo: bool = False) -> list[str]:
         """Up to k words to write a poem on `title` around (module docstring; echo: the title's own
@@ -143,23 +166,41 @@ class TitlePlanner:
                 chosen.append(w)
         return chosen
 
+    def leaning(self, words: Sequence[str], skip: str = "") -> dict[str, float]:
+        """{character: its lift in (0, LEAN_CAP] nats}, the mean over `words` of each word's
+        log((n_wc + LEAN_PRIOR) / (n_w·p_c + LEAN_PRIOR)): n_w training poems use the word, n_wc of
+        them the character, p_c the share of all training poems that use it (observed against
+        expected poems, both given LEAN_PRIOR more, so that a rare character's few poems count
+        little); never the characters of `words` or `skip` (the title). {} for words no training poem uses."""
+        ids = [self.word_ids[w] for w in words if w in self.word_ids]
+        lift = np.zeros(len(self.chars))
+        for i in ids:
+            using = self.by_word[:, i].indices  # the poems using the word
+            counts = np.asarray(self.char_poems[using].sum(0)).ravel()  # (C,)
+            lift += np.log((counts + LEAN_PRIOR) / (len(using) * self.char_rate + LEAN_PRIOR)) / len(ids)
+        never = set("".join(words)) | set(skip)
+        return {self.chars[i]: round(float(min(lift[i], LEAN_CAP)), 4)
+                for i in np.flatnonzero(lift > 0) if self.chars[i] not in never}
+
     def save(self, path: Path) -> None:
         """Write the index to `path` (.npz: arrays and the two string lists as JSON, no pickle)."""
         np.savez(path, gram_idf=self.gram_idf, df=self.df,
-                 strings=np.frombuffer(json.dumps([self.grams, self.words], ensure_ascii=False).encode(), np.uint8),
-                 **{f"titles_{a}": getattr(self.titles, a) for a in ("data", "indices", "indptr")},
-                 **{f"poems_{a}": getattr(self.poems, a) for a in ("data", "indices", "indptr")})
+                 strings=np.frombuffer(json.dumps([self.grams, self.words, self.chars], ensure_ascii=False).encode(),
+                                       np.uint8),
+                 **{f"{name}_{a}": getattr(getattr(self, m), a) for name, m in MATRICES.items()
+                    for a in ("data", "indices", "indptr")})
 
     @classmethod
     def load(cls, path: Path) -> TitlePlanner:
         """The index `save` wrote (read without pickle)."""
         z = np.load(path, allow_pickle=False)
-        grams, words = json.loads(z["strings"].tobytes().decode())
-        titles = sparse.csr_matrix((z["titles_data"], z["titles_indices"], z["titles_indptr"]),
-                                   shape=(len(z["titles_indptr"]) - 1, len(grams)))
-        poems = sparse.csr_matrix((z["poems_data"], z["poems_indices"], z["poems_indptr"]),
-                                  shape=(len(z["poems_indptr"]) - 1, len(words)))
-        return cls(grams, z["gram_idf"], titles, words, z["df"], poems)
+        grams, words, chars = json.loads(z["strings"].tobytes().decode())
+
+        def csr(name: str, width: int) -> sparse.csr_matrix:
+            return sparse.csr_matrix((z[f"{name}_data"], z[f"{name}_indices"], z[f"{name}_indptr"]),
+                                     shape=(len(z[f"{name}_indptr"]) - 1, width))
+        return cls(grams, z["gram_idf"], csr("titles", len(grams)), words, z["df"], csr("poems", len(words)), chars,
+                   csr("chars", len(chars)))
 
 
 @lru_cache(maxsize=4)

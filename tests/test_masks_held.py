@@ -42,7 +42,9 @@ ONE_SEARCH = ("one keyword placement for 诗 and 词: no keyword takes a rhyming
 TWO_TEMPLATES = ("an acrostic without a form is two templates, every line of 5 or of 7, and its keywords are placed "
                  "in both (the 诗 sampler placed them in lines of 5 until a line had a 6th character)")
 SUB_TOPICS = ("issue 60: the title plan's words are the title's sub-topics (expansion first), a word a couplet "
-              "of a form; title_plan=echo, the plan before, holds the first recording ('title')")
+              "of a form, and the plan leans the logits toward its words' characters (topic_lean: the characters "
+              "drawn change, and the masks that follow them); title_plan=echo, the plan before, holds the first "
+              "recording ('title')")
 CHANGED: dict[str, str] = {
     **{f"西江月+{extra}+{control}": BOUND for extra in ("rhyme", "rhyme-keywords", "rhyme-prompt")
        for control in ("hard", "both")},

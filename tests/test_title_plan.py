@@ -2,13 +2,15 @@
 their determinism, the cache, and how sampling, sample.py's JSONL and the studio give them."""
 import dataclasses
 import json
+import math
 
 import pytest
+import torch
 
-from data.title_plan import TitlePlanner, check_mode, load_planner, plan_size
+from data.title_plan import LEAN_CAP, LEAN_PRIOR, TitlePlanner, check_mode, load_planner, plan_size
 from model.sampling import title_plan
 from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
-from model.sampling.title_plan import unplanned, with_plan
+from model.sampling.title_plan import TopicLean, unplanned, with_plan
 from tests.conftest import POEMS, write_corpus
 from tests.test_conditions import conditioned
 
@@ -52,6 +54,17 @@ def test_the_index_is_cached_and_reads_back_the_same(tmp_path, planner):
     assert TitlePlanner.load(path).plan("靜夜思", 4) == planner.plan("靜夜思", 4)
 
 
+def test_the_planned_words_lean_toward_the_characters_of_their_poems(planner):
+    lean = planner.leaning(["故鄉"], skip="靜夜思")
+    n_w = 4  # 靜夜思 three times and 秋思 use 故鄉; 床 stands in 3 of them, in 3 of the 19 poems
+    expected = math.log((3 + LEAN_PRIOR) / (n_w * 3 / 19 + LEAN_PRIOR))
+    assert lean["床"] == pytest.approx(expected, abs=1e-4) and 0 < lean["床"] <= LEAN_CAP
+    assert lean["明"] > lean["床"] and not set(lean) & set("故鄉靜夜思")  # 明 in all 4; never the words' or title's
+    assert "雪" not in lean  # 江雪's, in none of the poems using 故鄉: less likely there, no lean
+    assert planner.leaning(["故鄉", "故鄉"]) == planner.leaning(["故鄉"])  # the mean over the words
+    assert planner.leaning(["龘龘"]) == {} and planner.leaning([]) == {}
+
+
 def test_plan_sizes_and_modes():
     assert [plan_size(f) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 4, 2]  # a couplet each
     assert [plan_size(f, echo=True) for f in ("wujue", "qijue", "wulv", "qilv", None, "ci")] == [2, 2, 4, 4, 2, 2]
@@ -91,6 +104,38 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
         decision.plans = ((),)
     assert unplanned(SamplingOptions(title="静夜思"), decision.title_plan_words) == ""
     poem_steps(engine, SamplingOptions(title="静夜思", title_plan="hints", max_new_tokens=30))  # hints: no mask, checks pass
+
+
+def test_the_plan_leans_the_logits_toward_its_words_characters(engine, planner):
+    lean = TopicLean(engine, [("故鄉",)], ["静夜思"], 2.0, 1)  # one row of words, one title: every row
+    leaning = planner.leaning(["故鄉"], "靜夜思")
+    ids = {engine.tokenizer.stoi[c]: v for c, v in leaning.items() if c in engine.tokenizer.stoi}  # 秋思's 照: none
+    assert lean.bias.shape == (1, engine.tokenizer.vocab_size) and len(ids) > 3
+    assert all(lean.bias[0, i].item() == pytest.approx(2 * v) for i, v in ids.items())
+    assert int((lean.bias != 0).sum()) == len(ids)
+    bed = engine.tokenizer.stoi["床"]
+    ids_of = engine.tokenizer.encode
+    idx = torch.tensor([[engine.tokenizer.bos_id, *ids_of("低頭")], ids_of("低頭床")])  # the same, and 床
+    out = lean(idx, torch.zeros(2, engine.tokenizer.vocab_size))  # (2, V)
+    assert out[0, bed].item() == pytest.approx(2 * leaning["床"]) and out[1, bed].item() == 0.0  # written: no more
+    assert torch.equal(out[0], out[1].index_put((torch.tensor([bed]),), out[0, bed:bed + 1]))
+    line_end = lean(torch.tensor([[engine.tokenizer.bos_id, *ids_of("舉頭望明")]]), torch.zeros(1, out.size(1)))
+    assert not line_end.any()  # the fifth character of the first line: where a rhyme may fall, not leaned
+    second = ids_of("床前明月光，疑是地")  # the first line had 5: the second line's 5th is its last
+    assert lean(torch.tensor([[0, *second]]), torch.zeros(1, out.size(1))).any()
+    assert not lean(torch.tensor([[0, *second, *ids_of("上")]]), torch.zeros(1, out.size(1))).any()
+    seven = TopicLean(engine, [("故鄉",)], ["静夜思"], 2.0, 1, line_len=7)  # a 七言 form: 7 a line
+    assert seven(torch.tensor([[0, *ids_of("舉頭望明月")]]), torch.zeros(1, out.size(1))).any()
+    opts = SamplingOptions(num_samples=8, title="静夜思", form="wujue", max_new_tokens=40, seed=3)
+    base, leaned = (sample_poems(engine, dataclasses.replace(opts, topic_lean=w)) for w in (0.0, 8.0))
+    words = planner.plan("靜夜思", 2)
+    assert all(all(w in p for w in words) for p in leaned)  # the forced words stay
+    near = set(leaning) - set("".join(words))
+    assert sum(c in near for p in leaned for c in p) > sum(c in near for p in base for c in p)
+    with pytest.raises(ValueError, match=r"^topic_lean must be ≥ 0 \(0 = off\), got -1.0$"):
+        poem_steps(engine, dataclasses.replace(opts, topic_lean=-1.0))
+    echo = dataclasses.replace(opts, title_plan="echo")  # the plan before issue 60, kept as it was: no lean
+    assert sample_poems(engine, echo) == sample_poems(engine, dataclasses.replace(echo, topic_lean=0.0))
 
 
 def test_sample_py_records_the_planned_words(engine, planner, monkeypatch, capsys):

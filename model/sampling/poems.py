@@ -16,17 +16,18 @@ import torch
 from omegaconf import OmegaConf
 
 from data.keywords import keyword_rows
+from data.title_plan import check_mode
 from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import VERSE_FORMS, is_hanzi
 from data.verse.templates import CI, Book, Template, acrostic_templates, form_templates, row_tunes, tune_templates
 from model.decoding import RepetitionPenalty, check_sampling_args, sampler
 from model.engine import Engine, LogitsProcessor, Step
-from model.sampling.conditions import condition_segments, has_conditions
+from model.sampling.conditions import condition_segments, has_conditions, per_row
 from model.sampling.grammar import plan_grammar, poem_boundaries
 from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords
 from model.sampling.shape import TemplateConstraint
-from model.sampling.title_plan import with_plan
+from model.sampling.title_plan import TopicLean, with_plan
 
 RECIPE = OmegaConf.load(Path(__file__).with_name("recipe.yaml"))
 """The sampling recipe (model/sampling/recipe.yaml, the one copy): `SamplingOptions`' defaults, and the
@@ -45,7 +46,8 @@ class SamplingOptions:
     `data.verse.poetry.VERSE_FORMS`, `ci` (with tune, or drawn per 词 by share) or None; keywords: a
     list, a string split at `,`/`，`/`、`, or one list per poem; keywords_forced: false gives them as
     hints (a model trained with conditions); title, poet: a string or one per poem; title_plan:
-    True | "echo" | "hints" | False (`model.sampling.title_plan`); rhyme: needs a form, tune or acrostic;
+    True | "echo" | "hints" | False (`model.sampling.title_plan`); topic_lean: the weight of a
+    `title_plan=true` plan's lean (`TopicLean`; 0: none); rhyme: needs a form, tune or acrostic;
     meter: needs a form or tune (a form's implies rhyme); repetition_penalty: 1.0 = off;
     temperature 0 = greedy; control: hard | soft | both | None (both with plan tokens, else hard).
     """
@@ -62,6 +64,7 @@ class SamplingOptions:
     keywords_forced: bool = True
     title: Any = ""  # str | list[str], one per poem
     title_plan: Any = True  # True | "echo" | "hints" | False (`model.sampling.title_plan`)
+    topic_lean: float = RECIPE.topic_lean
     poet: Any = ""  # str | list[str], one per poem
     tune: str = ""
     rhyme: bool = False
@@ -106,13 +109,15 @@ class Decision:
 
 def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     """Check the options and decide what they ask for (`Decision`). raises ValueError for bad
-    sampling arguments, control (soft: no acrostic or meter, which are masks), form or tune, a
+    sampling arguments (topic_lean < 0 too), control (soft: no acrostic or meter, which are masks), form or tune, a
     prompt, acrostic or keyword with invalid code points or outside the vocabulary, a prompt that
     does not fit the form, keywords no mask can place, too few tokens (max_new_tokens) for the poem;
     an unknown control, or soft/both on a model without plan tokens."""
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
+    if not opts.topic_lean >= 0:
+        raise ValueError(f"topic_lean must be ≥ 0 (0 = off), got {opts.topic_lean}")
     has_plan = plan_ids(engine.tokenizer) is not None
     control = opts.control or ("both" if has_plan else "hard")  # the default: both with plan tokens, else hard
     if control not in CONTROLS:
@@ -264,7 +269,12 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         raise ValueError("keywords_forced=false gives keywords as hints, which needs a model trained with them "
                          "(data.conditions); this one was trained without: leave keywords forced")
     segments = condition_segments(engine, opts.title, opts.poet, d.keywords, bool(hinted), opts.num_samples)
-    start = start_ids(tok, segments, d, opts.num_samples, bool(to_draw and d.prompt)).to(device)  # (B, T0)
+    drawn_first = bool(to_draw and d.prompt)  # the plan comes before the prompt's text: draw it first
+    start = start_ids(tok, segments, d, opts.num_samples, drawn_first).to(device)  # (B, T0)
+    if d.title_plan_words is not None and check_mode(opts.title_plan) is True and opts.topic_lean > 0:  # not echo, hints
+        processors.append(TopicLean(engine, d.title_plan_words, per_row(opts.title, opts.num_samples, "title"),
+                                    opts.topic_lean, start.size(1) - (0 if drawn_first else len(d.prompt)),
+                                    VERSE_FORMS[d.form][1] if d.form in VERSE_FORMS else None))
     if opts.repetition_penalty != 1.0:
         processors.append(repetition_penalty(tok, start, opts.repetition_penalty))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
@@ -281,7 +291,6 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
         yield from generate(torch.cat([start, *(s.ids for s in drawn), prompt_ids], dim=1),
                             opts.max_new_tokens - to_draw)
 
-    drawn_first = bool(to_draw and d.prompt)  # the plan comes before the prompt's text: draw it first
     return start, steps() if drawn_first else generate(start, opts.max_new_tokens), d
 
 
