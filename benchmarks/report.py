@@ -34,7 +34,7 @@ PENDING_RUN = ("python benchmarks/fixed_time.py  # the default run, checkpoints/
                "out_dir=logs/attention_maps/default\n"
                "cp logs/evaluate/default/evaluate.json benchmarks/results/evaluate-default-cpu.json\n"
                "cp logs/attention_maps/default/attention_maps.json benchmarks/results/attention-maps-default-cpu.json\n"
-               "cp logs/attention_maps/default/layer3.png docs/attention-maps-default-run-layer3.png\n"
+               "cp logs/attention_maps/default/layer2.png docs/attention-maps-default-run-layer2.png\n"
                "python benchmarks/conditions.py  # titles, poets, keyword hints\n"
                "python -m benchmarks.report")
 """How every result that describes the default run is made, from one run."""
