@@ -48,7 +48,7 @@ from model.training.validation import validation_metrics
 
 rootutils.setup_root(__file__, indicator=".project-root")  # PROJECT_ROOT, which conf/paths reads
 
-SAMPLING = ("num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "repetition_penalty")
+SAMPLING = ("num_samples", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "repetition_penalty", "topic_lean")
 
 
 def _write_json(path: Path, report: dict) -> None:

@@ -3,13 +3,13 @@
 Options (conf/sample.yaml; the sampling recipe from conf/sampling.yaml): prompt, form, tune (a 词 to a
 tune; `tunes=list` lists them), acrostic, keywords,
 keywords_forced, title, poet (`poets=list` lists the model's poets), rhyme, meter, control,
-num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+num_samples, max_new_tokens, temperature, top_k, top_p, repetition_penalty, topic_lean,
 seed, use_cache, device, backend, ablate (heads to switch off, e.g. `ablate=[L3H2]`), ablate_mode,
 format. The same seed and options give the same poems. A model trained with plan tokens draws
 each poem's form and rhyme first; the text never shows them, `format=jsonl` records them
 (`plan`: form and rhyme group, null for none; a model with tune tokens: the tune), and the title,
 poet and keyword hints it was written to (`conditions`); a title without keywords plans the words
-the poem is written around (`title_plan`, `model.sampling.title_plan`), recorded as
+the poem is written around and leans toward (`title_plan`, `topic_lean`, `model.sampling.title_plan`), recorded as
 `title_plan_words` (and as `keywords`, in the model's script). A 词 records its tune (`tune`); as text
 it is printed under its tune's name, with a blank line between its stanzas (上阕, 下阕).
 """
