@@ -210,6 +210,22 @@ def without(text: str, chars: set[str]) -> str:
     return "".join(c for c in text if c not in chars)
 
 
+def title_topics(vec, train: list[dict], titles: list[str]) -> np.ndarray:
+    """Each title's topic (`topic_relevance`), (len(titles), F) unit rows of `vec`'s features: the
+    mean of the poems of the `NEIGHBOURS` training titles nearest it, the title's characters out."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    by_title = TfidfVectorizer(analyzer="char", ngram_range=(1, 2)).fit([clean_title(p["title"]) for p in train])
+    train_titles = by_title.transform([clean_title(p["title"]) for p in train])  # (N, G), unit rows
+    topics = []
+    for t, sims in zip(titles, (by_title.transform(titles) @ train_titles.T).toarray()):  # (N,) each
+        near = [i for i in np.argsort(-sims, kind="stable")[:NEIGHBOURS] if sims[i] > 0]
+        mean = np.asarray(vec.transform([without(train[i]["text"], set(t)) for i in near]).mean(0)).ravel() \
+            if near else np.zeros(len(vec.vocabulary_))
+        topics.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
+    return np.stack(topics)
+
+
 def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: int = 300) -> dict:
     """Relevance without the title's echo (module docstring, 3b; issue 60): for the first n held-out
     titled poems, the cosine (TF-IDF character 1–2-grams of the training poems, unit rows) between a
@@ -226,20 +242,10 @@ def topic_relevance(engine, train: list[dict], val: list[dict], n: int, seed: in
     (`_other_title`: chance for these very poems), with the title alone (`title_plan=false`), untitled, each with its
     form, rhyme and distinct-2 (`metrics`); the real held-out poems; chance: the real poems against the next title's topic.
     Means in [0, 1]; `halfway`: (plan − chance) ÷ (real − chance)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     vec = vectorizer([p["text"] for p in train])
     titled = [p for p in val if clean_title(p["title"])][:n]
     titles = [clean_title(p["title"]) for p in titled]
-    by_title = TfidfVectorizer(analyzer="char", ngram_range=(1, 2)).fit([clean_title(p["title"]) for p in train])
-    train_titles = by_title.transform([clean_title(p["title"]) for p in train])  # (N, G), unit rows
-    topics = []
-    for t, sims in zip(titles, (by_title.transform(titles) @ train_titles.T).toarray()):  # (N,) each
-        near = [i for i in np.argsort(-sims, kind="stable")[:NEIGHBOURS] if sims[i] > 0]
-        mean = np.asarray(vec.transform([without(train[i]["text"], set(t)) for i in near]).mean(0)).ravel() \
-            if near else np.zeros(len(vec.vocabulary_))
-        topics.append(mean / max(float(np.linalg.norm(mean)), 1e-12))
-    topics = np.stack(topics)  # (n, F)
+    topics = title_topics(vec, train, titles)  # (n, F)
 
     def score(poems: list[str], extra: list[set[str]] | None = None, shift: int = 0) -> float:
         kept = [without(p, set(t) | (extra[i] if extra else set())) for i, (p, t) in enumerate(zip(poems, titles))]
