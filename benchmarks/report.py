@@ -382,7 +382,9 @@ def readme_caption(a: dict) -> str:
     """The README figure's caption: the attention maps' rhyme study in two sentences (`rhyme_heads.finding`)."""
     if not (found := finding((a.get("head_effects") or {}).get("rhyme") or {})):
         return "*(pending: `benchmarks/results/attention-maps-default-cpu.json` with its rhyme study)*"
-    return (f"*Layer 3 of the default run on 「{a['text']}」 (trained heads, the same heads at initialisation, the "
+    last = len(a.get("figures") or [None] * 4) - 1  # the README shows the last layer's figure
+    return (f"*Layer {last} (the last) of the default run on 「{a['text']}」 (trained heads, the same heads at "
+            "initialisation, the "
             f"lesson's random maps): {found[0].lower() + found[1:-1]} ([every verdict](docs/results.md#is-a-head-that-"
             "looks-at-the-rhyme-a-rhyme-head); [reading the figure](docs/attention-maps.md)).*")
 

@@ -175,6 +175,8 @@ def test_the_readme_caption_says_in_two_sentences_what_the_heads_that_look_at_th
         return caption
 
     caption = study(["L1H1", "L3H0"], (-1.9, [-6.4, 2.6]))
+    figures = report.load(results)["attention-maps-default-cpu"]["figures"]
+    assert caption.startswith(f"*Layer {len(figures) - 1} (the last) of the default run")  # the figure it captions
     assert "L1H1 and L3H0, are not heads the rhyme needs" in caption
     assert "by -1.9 points, within the noise (95 % interval -6.4 to +2.6), while without layer 0 it falls by 87.4" in caption
     caption = study(["L1H1", "L3H0"], (-12.5, [-16.0, -9.0]))
