@@ -70,7 +70,7 @@ def test_options_give_every_sample_control_and_the_model(client, ckpt):
     assert info["defaults"] == {f: getattr(defaults, f) for f in OPTIONS}
     assert set(OPTIONS) == {"prompt", "form", "rhyme", "meter", "acrostic", "keywords", "temperature", "top_k", "top_p",
                             "repetition_penalty", "seed", "control", "max_new_tokens", "keywords_forced", "title",
-                            "title_plan", "poet", "tune"}
+                            "title_plan", "topic_lean", "poet", "tune"}
     assert [f["name"] for f in info["forms"]] == ["wujue", "qijue", "wulv", "qilv", "wupai", "qipai"]
     assert info["forms"][4]["title"] == "五言排律" and info["controls"] == ["hard", "soft", "both"]
     assert len(info["tunes"]) == 49 and info["tunes"][:2] == ["浣溪沙", "水调歌头"]
