@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     engine = default_engine()
     cfg = engine.model.cfg
     last = cfg.n_layer - 1
-    variants = {"none": [], "one head (L3H1)": [f"L{last}H1"],
+    variants = {"none": [], f"one head (L{last}H1)": [f"L{last}H1"],
                 f"a layer (L{last}H0–H{cfg.n_head - 1})": [f"L{last}H{h}" for h in range(cfg.n_head)],
                 "every head": [f"L{ly}H{h}" for ly in range(cfg.n_layer) for h in range(cfg.n_head)]}
     idx = torch.randint(0, VOCAB, (args.batch, cfg.block_size), generator=torch.Generator().manual_seed(1))
