@@ -351,7 +351,8 @@ def main(argv=None) -> None:
                    help="a default variant: a name and space-separated train.py overrides (repeatable)")
     p.add_argument("--no-reference", action="store_true", help="only the default variants")
     p.add_argument("--keep-reference", action="store_true", help="train the default only and keep the JSON's "
-                   "reference rows (the reference does not change with the default; its budgets stay those recorded)")
+                   "reference rows and their budgets: a quick look, not a claim against nanoGPT (the machine's "
+                   "speed moves between days; docs/benchmarks.md)")
     p.add_argument("--check-reference", nargs="*", type=int, default=None, metavar="ITERS",
                    help="only the reference against nanoGPT's figures (all counts, or the ITERS given)")
     p.add_argument("--overhead", type=int, default=0, metavar="STEPS",

@@ -127,10 +127,19 @@ def block(res: dict, name: str, header: list[str], rows: list[list[str]], *text:
     return "\n\n".join([machine_line(name, machine_of(res[name])), table(header, rows), *text])
 
 
+def kept_reference(ft: dict) -> str:
+    """The sentence that says nanoGPT's rows were kept from another run (`--keep-reference`): their
+    budgets are that day's, not k× this default's wall-clock; "" when they were trained beside it."""
+    if ft.get("reference_commit", ft["commit"]) == ft["commit"]:
+        return ""
+    return (f"**nanoGPT's rows are kept from commit {ft['reference_commit'][:7]}** (`--keep-reference`): their budgets "
+            "are k× that run's default, not this one's; a quick look, not a comparison (docs/benchmarks.md). ")
+
+
 def fixed_time(res: dict) -> str:
     runs = res["fixed-time-cpu"]["runs"]
     d, refs = runs["default"], [r for k, r in runs.items() if k.startswith("nanoGPT")]
-    return block(res, "fixed-time-cpu", FIXED_TIME_HEADER, fixed_time_rows(runs),
+    return block(res, "fixed-time-cpu", FIXED_TIME_HEADER, fixed_time_rows(runs), kept_reference(res["fixed-time-cpu"]) +
                  f"The default run: `val/bpc` **{n(d['poems']['val_bpc'], 2)}**, {n(d['wall_seconds'] / 60, 1)} "
                  f"minutes from start to exit, peak memory {n(d['peak_rss_mib'])} MiB. Its `val/bpc` minus nanoGPT's "
                  "configuration's: "
@@ -373,7 +382,7 @@ def readme_blocks(res: dict) -> dict[str, str]:
         "voice": readme_voice(res.get("conditions-cpu", {})),
         "caption": readme_caption(res.get("attention-maps-default-cpu", {})),
         "headline": "\n\n".join([table(FIXED_TIME_HEADER, fixed_time_rows(ft["runs"])),
-                                 f"{ft['machine']}; `python benchmarks/fixed_time.py`, "
+                                 kept_reference(ft) + f"{ft['machine']}; `python benchmarks/fixed_time.py`, "
                                  "[more results](docs/results.md)."]),
     }
 

@@ -111,6 +111,14 @@ def test_the_readme_blocks_come_from_the_default_run():
     assert f"≈ {default['poems']['val_bpc']:.1f}" in blocks["train"] and ft["machine"] in blocks["headline"]
 
 
+def test_nanogpt_rows_kept_from_another_run_are_said_to_be(results):
+    edit(results, "fixed-time-cpu", lambda d: d.update(reference_commit="0123456789abcdef"))
+    pages = report.expected(results)
+    for page in (report.PAGES["results"], report.PAGES["readme"]):
+        assert "**nanoGPT's rows are kept from commit 0123456** (`--keep-reference`)" in pages[page]
+    assert "kept from commit" not in report.readme_blocks(report.load())["headline"]  # the committed: side by side
+
+
 def test_blocks_need_their_markers():
     text = "a\n<!-- report:x -->\nold\n<!-- /report:x -->\nb"
     assert report.fill_blocks(text, {"x": "new"}) == "a\n<!-- report:x -->\nnew\n<!-- /report:x -->\nb"
