@@ -189,15 +189,17 @@ class PoetryDataModule(L.LightningDataModule):
     def check_data(self) -> None:
         """Read the corpora as `prepare_data` would and raise its errors (a user corpus's bad line, a
         poet the corpus lacks, characters outside a base vocabulary), writing nothing: what a
-        fine-tuning run checks before Hydra writes its folder (`model.training.start.CheckStart`)."""
-        self._read()
+        fine-tuning run checks before Hydra writes its folder (`model.training.start.CheckStart`); the
+        poets' poems are counted in the log once, by `prepare_data`."""
+        self._read(say=False)
 
-    def _read(self) -> tuple[dict, dict, dict, Tokenizer]:
+    def _read(self, say: bool = True) -> tuple[dict, dict, dict, Tokenizer]:
         """(poems by corpus, their texts in the script, their titles and authors by field when there are
-        conditions, the tokenizer: the base's, or one built from them). raises as `prepare_data`."""
+        conditions, the tokenizer: the base's, or one built from them). raises as `prepare_data`.
+        say: log how many poems `data.poets` found."""
         corpora = {path: load_corpus(path) for path in self.corpora}
         if self.poets:
-            corpora = poets_poems(corpora, self.poets, self.script)
+            corpora = poets_poems(corpora, self.poets, self.script, say)
         texts = {path: corpus_to_script([p["text"] for p in poems], self.script) for path, poems in corpora.items()}
         names = {field: {path: corpus_to_script([p.get(field, "") for p in poems], self.script)
                          for path, poems in corpora.items()} for field in ("title", "author")} \
@@ -380,9 +382,11 @@ def check_vocabulary(tok: Tokenizer, texts: Sequence[str], shown: int = 8) -> No
                          "keeps its vocabulary: remove those poems, or train a model of your own on them")
 
 
-def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script: str) -> dict[Path, list[dict]]:
-    """The poems of `poets` (either script) in each corpus, by its `author` field. raises ValueError
-    for a poet with no training poem in any corpus, naming the nearest authors, or with no held-out one."""
+def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script: str,
+                say: bool = True) -> dict[Path, list[dict]]:
+    """The poems of `poets` (either script) in each corpus, by its `author` field; `say`: log how many
+    诗 and 词. raises ValueError for a poet with no training poem in any corpus, naming the nearest
+    authors, or with no held-out one."""
     authors = {path: corpus_to_script([p.get("author", "") for p in poems], script) for path, poems in corpora.items()}
     wanted = dict(zip(corpus_to_script(list(poets), script), poets))
     counts = Counter((a, p["split"]) for path, poems in corpora.items() for a, p in zip(authors[path], poems))
@@ -395,6 +399,7 @@ def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script
             raise ValueError(f"data.poets: {given} has no held-out poem to validate on (the corpus's val split)")
     found = {path: [p for a, p in zip(authors[path], poems) if a in wanted] for path, poems in corpora.items()}
     ci = sum(p.get("form") == CI for poems in found.values() for p in poems)
-    log.info(f"data.poets={list(poets)}: {sum(map(len, found.values())) - ci:,} 诗 and {ci:,} 词 "
-             f"(training and held-out) in {', '.join(path.name for path in found)}")
+    if say:
+        log.info(f"data.poets={list(poets)}: {sum(map(len, found.values())) - ci:,} 诗 and {ci:,} 词 "
+                 f"(training and held-out) in {', '.join(path.name for path in found)}")
     return found

@@ -9,7 +9,8 @@ jieba segments modern Chinese; on Tang verse it still cuts most lines into the t
 one-character words the poets wrote in (明月, 故乡, 黄河), which is what a keyword needs.
 It is imported on first use (its dictionary loads in 1–3 s; then a few ms a poem).
 
-Keywords a user asks the sampler for are cleaned here too (`clean_keywords`, `keyword_rows`), and
+Keywords a user asks the sampler for are cleaned and checked here too (`clean_keywords`, `keyword_rows`,
+`check_forced`; `per_row`: any option given one per poem), and
 `write_char` follows them through a line as it is written (`model.sampling.keywords`).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from data.tokenizer import CharTokenizer, Tokenizer
 from data.verse.poetry import is_hanzi, split_lines
 
 POS = ("ns", "n", "vn", "v", "nr", "t", "s")
@@ -68,6 +70,29 @@ def keyword_rows(keywords: str | Sequence, num_samples: int) -> list[tuple[str, 
         raise ValueError(f"keywords per poem need one list for each of the {num_samples} poems, got {len(keywords)}: "
                          f"write keywords=[[明月,故乡],[春风,杨柳]] with num_samples=2")
     return [clean_keywords(k) for k in keywords]
+
+
+def per_row(value: str | Sequence[str], num_samples: int, option: str) -> list[str]:
+    """A condition for every row (a string), or one per row (a list of `num_samples` strings). raises
+    ValueError for a list of another length."""
+    if isinstance(value, str):
+        return [value]
+    value = list(value)
+    if len(value) != num_samples or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{option} per poem needs one string for each of the {num_samples} poems, got {len(value)}: "
+                         f"write {option}=[静夜思,江雪] with num_samples=2")
+    return value
+
+
+def check_forced(tok: Tokenizer, rows: tuple[tuple[str, ...], ...], control: str) -> None:
+    """raises ValueError for forced keywords no mask can write: a non-character tokenizer, soft
+    control, a keyword with other than CJK characters."""
+    if not isinstance(tok, CharTokenizer):
+        raise ValueError("keywords need a character-level model (tokenizer=char)")
+    if control == "soft":
+        raise ValueError("forced keywords are masks, not plan tokens: use control=hard or control=both")
+    if bad := next((w for row in rows for w in row if not all(map(is_hanzi, w))), None):
+        raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
 
 
 def write_char(line_text: str, open_: tuple[str, ...], written: int, starts: Iterable[str], pending: Iterable[str],

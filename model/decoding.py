@@ -1,9 +1,9 @@
 """Choosing the next token from the model's logits, the inference engine's drawing (as nanochat's
-engine samples): temperature, top-k, top-p, and CTRL's repetition penalty.
+engine samples): temperature, top-k, top-p, CTRL's repetition penalty and a topic's lean.
 
 Each step of the engine (`model.engine.Engine.steps`) runs: logits processors (the poem's rules,
-`model.sampling`; repetition penalty) → temperature → top-k → top-p → one draw from the softmax
-(or the argmax when temperature is 0): `next_token`, the engine's `draw`.
+`model.sampling`; repetition penalty; topic lean) → temperature → top-k → top-p → one draw from the
+softmax (or the argmax when temperature is 0): `next_token`, the engine's `draw`.
 """
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from data.tokenizer import Tokenizer
+from data.verse.plan import plan_ids
+from data.verse.poetry import LINE_END, is_hanzi
 
 MAX_TEMPERATURE = 1e6
 """Far past uniform sampling already, and far below float32's range (where logits / temperature
@@ -111,6 +115,11 @@ def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | N
                    unfiltered=unfiltered)
 
 
+def poem_characters(tok: Tokenizer) -> torch.Tensor:
+    """(V,) bool: the tokens that hold a CJK character (not marks, plan tokens or specials)."""
+    return torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
+
+
 class RepetitionPenalty:
     """CTRL's repetition penalty (Keskar et al. 2019, §4.1), on characters already in the poem.
 
@@ -128,9 +137,48 @@ class RepetitionPenalty:
             raise ValueError(f"repetition_penalty must be ≥ 1 (1 = off), got {penalty}")
         self.penalty, self.penalised, self.outside = penalty, penalised, outside
 
+    @classmethod
+    def of_poem(cls, tok: Tokenizer, start: torch.Tensor, penalty: float) -> RepetitionPenalty:
+        """The penalty on the poem's characters (`poem_characters`), not on the condition segment of
+        `start` (B, T0), the tokens before the poem."""
+        ids = plan_ids(tok)
+        given = torch.tensor([ids.segment_mask(r) for r in start.tolist()], device=start.device) \
+            if ids and ids.segments else None  # (B, T0): the segments' positions
+        if given is None or not given.any():
+            return cls(penalty, poem_characters(tok))
+        return cls(penalty, poem_characters(tok), lambda idx: F.pad(given, (0, idx.size(1) - given.size(1))))
+
     def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         poem = idx if self.outside is None else idx.masked_fill(self.outside(idx), 0)  # id 0, <bos>: never penalised
         seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, poem, True)  # (B, V)
         seen &= self.penalised.to(logits.device)
         scaled = torch.where(logits > 0, logits / self.penalty, logits * self.penalty)
         return torch.where(seen, scaled, logits)
+
+
+class TopicLean:
+    """Weighted decoding toward a topic (Ghazvininejad et al. 2016, Hafez, §5): row r's logits plus
+    `bias[r]` (B or 1, V) on the tokens the row has not written yet (a character written once is
+    leaned toward no more); never at a line's last character, where the rhyme is (a line as long as
+    the poem's first, or `line_len`, the form's; 5 before the first line ends). start: the tokens
+    before the poem (`<bos>`, condition segment, given plan). The bias itself (the title plan's
+    words' log-lifts): `model.sampling.title_plan.topic_lean`."""
+
+    def __init__(self, bias: torch.Tensor, tok: Tokenizer, start: int, line_len: int | None = None):
+        self.bias, self.start, self.line_len, self.hanzi = bias, start, line_len, poem_characters(tok)
+        self.marks = torch.tensor(sorted(tok.stoi[c] for c in LINE_END if c in tok.stoi))
+
+    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.to(logits).expand_as(logits).scatter(1, idx, 0.0)  # what a row has written: no more
+        return logits + bias * self.inside_line(idx[:, self.start:])
+
+    def inside_line(self, body: torch.Tensor) -> torch.Tensor:
+        """(B, 1) bool: whether each row's next character is not its line's last. body: (B, n) the
+        poem so far (plan tokens are not characters)."""
+        if not body.size(1):
+            return torch.ones(len(body), 1, dtype=torch.bool, device=body.device)
+        mark, written = torch.isin(body, self.marks.to(body.device)), self.hanzi.to(body.device)[body].long().cumsum(1)
+        since = written[:, -1:] - torch.where(mark, written, 0).cummax(1).values[:, -1:]  # (B, 1) in this line
+        first = written.gather(1, mark.long().argmax(1, keepdim=True))  # (B, 1): the first line's length
+        length = self.line_len or torch.where(mark.any(1, keepdim=True), first, 5)
+        return since + 1 < length

@@ -66,7 +66,7 @@ def test_small_is_the_default_recipe_at_6x6x384():
 
 
 RECIPE = {"max_new_tokens": 200, "temperature": 1.05, "top_k": 200, "top_p": 0.9, "repetition_penalty": 1.0,
-          "topic_lean": 8.0, "seed": 1337}
+          "topic_lean": 16.0, "seed": 1337}
 RECIPE_FILE = ROOT / "model" / "sampling" / "recipe.yaml"
 """The sampling recipe, in the package that reads it (the wheel carries it: tests/test_wheel.py)."""
 

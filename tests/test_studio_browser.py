@@ -236,6 +236,10 @@ def test_the_title_plans_its_words_before_the_poem_and_the_user_edits_them(brows
         page.wait_for_function("document.querySelector('#options [name=plan_words]').value !== ''")
         words = planner.plan("静夜思", 2)  # a 五绝: a word a couplet
         assert page.locator('#options [name="plan_words"]').input_value() == ",".join(words) and words
+        shown = write(page)  # as shown: sample.py's poem for the title, which leans toward its words
+        assert shown["poem"] == sample_poems(load_engine(ckpt), SamplingOptions(title="静夜思", form="wujue"))[0]
+        assert shown["poem"] != sample_poems(load_engine(ckpt), SamplingOptions(title="静夜思", form="wujue",
+                                                                                topic_lean=0.0))[0]
         page.locator('#options [name="plan_words"]').fill(words[-1])  # the user keeps one of them
         run = write(page)
         assert words[-1] in run["poem"], run

@@ -10,7 +10,7 @@ import torch
 from data.title_plan import LEAN_CAP, LEAN_PRIOR, TitlePlanner, check_mode, load_planner, plan_size
 from model.sampling import title_plan
 from model.sampling.poems import SamplingOptions, poem_steps, sample_poems
-from model.sampling.title_plan import TopicLean, unplanned, with_plan
+from model.sampling.title_plan import topic_lean, unplanned, with_plan
 from tests.conftest import POEMS, write_corpus
 from tests.test_conditions import conditioned
 
@@ -107,7 +107,7 @@ def test_a_title_without_keywords_is_written_around_its_plan(engine, planner):
 
 
 def test_the_plan_leans_the_logits_toward_its_words_characters(engine, planner):
-    lean = TopicLean(engine, [("故鄉",)], ["静夜思"], 2.0, 1)  # one row of words, one title: every row
+    lean = topic_lean(engine, [("故鄉",)], ["静夜思"], 2.0, 1)  # one row of words, one title: every row
     leaning = planner.leaning(["故鄉"], "靜夜思")
     ids = {engine.tokenizer.stoi[c]: v for c, v in leaning.items() if c in engine.tokenizer.stoi}  # 秋思's 照: none
     assert lean.bias.shape == (1, engine.tokenizer.vocab_size) and len(ids) > 3
@@ -124,7 +124,7 @@ def test_the_plan_leans_the_logits_toward_its_words_characters(engine, planner):
     second = ids_of("床前明月光，疑是地")  # the first line had 5: the second line's 5th is its last
     assert lean(torch.tensor([[0, *second]]), torch.zeros(1, out.size(1))).any()
     assert not lean(torch.tensor([[0, *second, *ids_of("上")]]), torch.zeros(1, out.size(1))).any()
-    seven = TopicLean(engine, [("故鄉",)], ["静夜思"], 2.0, 1, line_len=7)  # a 七言 form: 7 a line
+    seven = topic_lean(engine, [("故鄉",)], ["静夜思"], 2.0, 1, line_len=7)  # a 七言 form: 7 a line
     assert seven(torch.tensor([[0, *ids_of("舉頭望明月")]]), torch.zeros(1, out.size(1))).any()
     opts = SamplingOptions(num_samples=8, title="静夜思", form="wujue", max_new_tokens=40, seed=3)
     base, leaned = (sample_poems(engine, dataclasses.replace(opts, topic_lean=w)) for w in (0.0, 8.0))

@@ -146,6 +146,14 @@ def sample_cfg(trained, **options):
                                               "paths": {"checkpoint_dir": str(tmp_path / "checkpoints")}, **options})
 
 
+def test_sample_script_says_which_heads_are_off_only_once_the_model_has_them(trained, capsys):
+    with pytest.raises(ValueError, match="L9H0 is not a head of this model"):
+        sample_script.sample(sample_cfg(trained, ablate=["L9H0"], num_samples=1, max_new_tokens=8), io.StringIO())
+    assert "off" not in capsys.readouterr().err  # refused before anything is said of it
+    sample_script.sample(sample_cfg(trained, ablate=["L0H0"], num_samples=1, max_new_tokens=8), io.StringIO())
+    assert "with L0H0 off (zero)" in capsys.readouterr().err
+
+
 def test_sample_script_writes_jsonl_with_the_settings(trained):
     out = io.StringIO()
     poems = sample_script.sample(sample_cfg(trained, form="wujue", num_samples=3, format="jsonl", seed=7), out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from difflib import SequenceMatcher
 from typing import Sequence
 
+from data.keywords import per_row
 from data.verse.plan import MAX_TITLE, plan_ids, segment_ids
 from data.verse.poetry import is_hanzi
 from model.engine import Engine
@@ -65,18 +66,6 @@ def check_poet(engine: Engine, poet: str) -> str:
         raise ValueError(f"poet={poet} is not one of the {len(poets)} poets this model knows (each with ≥ 100 training "
                          f"poems); nearest: {', '.join(near)}. List them: python sample.py poets=list")
     return name
-
-
-def per_row(value: str | Sequence[str], num_samples: int, option: str) -> list[str]:
-    """A condition for every row (a string), or one per row (a list of `num_samples` strings). raises
-    ValueError for a list of another length."""
-    if isinstance(value, str):
-        return [value]
-    value = list(value)
-    if len(value) != num_samples or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{option} per poem needs one string for each of the {num_samples} poems, got {len(value)}: "
-                         f"write {option}=[静夜思,江雪] with num_samples=2")
-    return value
 
 
 def condition_segments(engine: Engine, title: str | Sequence[str], poet: str | Sequence[str],

@@ -3,8 +3,9 @@ training callbacks, the benchmarks), so every poem keeps the same rules.
 
 `decide` decides once what the options ask for (a frozen `Decision`); `poem_steps` lists its
 processors: `PoemBoundaries`, `PlanGrammar` (plan models), the decided rules (a `TemplateConstraint`
-or `FreeKeywords`), `RepetitionPenalty`. `control`: `soft` asks for form and rhyme by plan tokens
-only, `hard` by masks only, `both` (the default for a plan model) by both (docs/sampling.md).
+or `FreeKeywords`), a title plan's `TopicLean` and `RepetitionPenalty` (these two the engine's).
+`control`: `soft` asks for form and rhyme by plan tokens only, `hard` by masks only, `both` (the
+default for a plan model) by both (docs/sampling.md).
 """
 from __future__ import annotations
 
@@ -15,19 +16,19 @@ from typing import Any, Iterator
 import torch
 from omegaconf import OmegaConf
 
-from data.keywords import keyword_rows
+from data.keywords import check_forced, keyword_rows, per_row
 from data.title_plan import check_mode
-from data.tokenizer import CharTokenizer, Tokenizer
+from data.tokenizer import Tokenizer
 from data.verse.plan import PLAN_SLOTS, plan_ids
 from data.verse.poetry import VERSE_FORMS, is_hanzi
 from data.verse.templates import CI, Book, Template, acrostic_templates, form_templates, row_tunes, tune_templates
 from model.decoding import RepetitionPenalty, check_sampling_args, sampler
 from model.engine import Engine, LogitsProcessor, Step
-from model.sampling.conditions import condition_segments, has_conditions, per_row
+from model.sampling.conditions import condition_segments, has_conditions
 from model.sampling.grammar import plan_grammar, poem_boundaries
 from model.sampling.keywords import MAX_FREE_LINE, FreeKeywords
 from model.sampling.shape import TemplateConstraint
-from model.sampling.title_plan import TopicLean, with_plan
+from model.sampling.title_plan import topic_lean, with_plan
 
 RECIPE = OmegaConf.load(Path(__file__).with_name("recipe.yaml"))
 """The sampling recipe (model/sampling/recipe.yaml, the one copy): `SamplingOptions`' defaults, and the
@@ -217,17 +218,6 @@ def constraint_of(engine: Engine, d: Decision, opts: SamplingOptions) -> Templat
     return constraint
 
 
-def check_forced(tok: Tokenizer, rows: tuple[tuple[str, ...], ...], control: str) -> None:
-    """raises ValueError for forced keywords no mask can write: a non-character tokenizer, soft
-    control, a keyword with other than CJK characters."""
-    if not isinstance(tok, CharTokenizer):
-        raise ValueError("keywords need a character-level model (tokenizer=char)")
-    if control == "soft":
-        raise ValueError("forced keywords are masks, not plan tokens: use control=hard or control=both")
-    if bad := next((w for row in rows for w in row if not all(map(is_hanzi, w))), None):
-        raise ValueError(f"the keyword {bad!r} is not made of characters of a line (CJK characters only)")
-
-
 def rule_processors(engine: Engine, d: Decision, opts: SamplingOptions) -> list[LogitsProcessor]:
     """The processors of the poem's rules, as decided: its `TemplateConstraint` (none under soft
     control: a 词's template is its plan token), or a free poem's `FreeKeywords`."""
@@ -272,11 +262,11 @@ def poem_steps(engine: Engine, opts: SamplingOptions,
     drawn_first = bool(to_draw and d.prompt)  # the plan comes before the prompt's text: draw it first
     start = start_ids(tok, segments, d, opts.num_samples, drawn_first).to(device)  # (B, T0)
     if d.title_plan_words is not None and check_mode(opts.title_plan) is True and opts.topic_lean > 0:  # not echo, hints
-        processors.append(TopicLean(engine, d.title_plan_words, per_row(opts.title, opts.num_samples, "title"),
-                                    opts.topic_lean, start.size(1) - (0 if drawn_first else len(d.prompt)),
-                                    VERSE_FORMS[d.form][1] if d.form in VERSE_FORMS else None))
+        processors.append(topic_lean(engine, d.title_plan_words, per_row(opts.title, opts.num_samples, "title"),
+                                     opts.topic_lean, start.size(1) - (0 if drawn_first else len(d.prompt)),
+                                     VERSE_FORMS[d.form][1] if d.form in VERSE_FORMS else None))
     if opts.repetition_penalty != 1.0:
-        processors.append(repetition_penalty(tok, start, opts.repetition_penalty))
+        processors.append(RepetitionPenalty.of_poem(tok, start, opts.repetition_penalty))
     gen = torch.Generator(device=device).manual_seed(opts.seed)
     draw = sampler(opts.temperature, opts.top_k, opts.top_p, gen, grammar.plan if grammar else None)
 
@@ -300,20 +290,6 @@ def start_ids(tok: Tokenizer, segments: list[list[int]], d: Decision, n: int, dr
     text, width = [] if drawn_first else tok.encode(d.prompt), max(map(len, segments))
     return torch.tensor([[tok.eos_id] * (width - len(g)) + [tok.bos_id, *g, *plan, *text]
                          for g, plan in zip(segments * n if len(segments) == 1 else segments, d.plans)])
-
-
-def repetition_penalty(tok: Tokenizer, start: torch.Tensor, penalty: float) -> RepetitionPenalty:
-    """The `RepetitionPenalty` of the poem's characters, not of its condition segment."""
-    ids = plan_ids(tok)
-    penalised = torch.tensor([any(map(is_hanzi, tok.decode([i]))) for i in range(tok.vocab_size)])
-    given = torch.tensor([ids.segment_mask(r) for r in start.tolist()], device=start.device) \
-        if ids and ids.segments else None  # (B, T0): the segments' positions
-    if given is None or not given.any():
-        return RepetitionPenalty(penalty, penalised)
-
-    def outside(idx: torch.Tensor) -> torch.Tensor:  # (B, T) → (B, T) bool
-        return torch.nn.functional.pad(given, (0, idx.size(1) - given.size(1)))
-    return RepetitionPenalty(penalty, penalised, outside)
 
 
 def sample_ids(engine: Engine, opts: SamplingOptions) -> torch.Tensor:

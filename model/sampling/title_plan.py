@@ -11,8 +11,9 @@ for a free poem (`echo`: two), one per stanza of a 词's tune (浣溪沙 2, 如�
 title the corpus never used (no character of it in a training title) plans nothing, and the poem
 is written to the title alone, as with `title_plan=false`; `unplanned` is the line that says so.
 
-`TopicLean`: the planned words also lean every step's logits toward the characters their poems use
-(`topic_lean`, `TitlePlanner.leaning`), so the lines are written toward the words, not only around them.
+`topic_lean`: the planned words also lean every step's logits toward the characters their poems use
+(`TitlePlanner.leaning`, the engine's `TopicLean`), so the lines are written toward the words, not only
+around them.
 """
 from __future__ import annotations
 
@@ -20,48 +21,27 @@ from dataclasses import replace
 
 import torch
 
+from data.keywords import per_row
 from data.title_plan import check_mode, nothing_planned, plan_size, planner
 from data.tokenizer import CharTokenizer
-from data.verse.poetry import LINE_END, is_hanzi
+from model.decoding import TopicLean
 from model.engine import Engine
-from model.sampling.conditions import check_title, per_row
+from model.sampling.conditions import check_title
 
 
-class TopicLean:
-    """A logits processor: row r's logits plus `weight` × the log-lift of each character toward its
-    planned words (`TitlePlanner.leaning`, the title's characters left out) that the row has not
-    written yet (a character written once is leaned toward no more), (B, vocab_size); never at a
-    line's last character, where the rhyme is (a line as long as the poem's first, or `line_len`,
-    the form's; 5 before the first line ends). rows: each row's words; titles: each row's title
-    (either script; one for every row or one per row); start: the tokens before the poem (`<bos>`,
-    condition segment, given plan)."""
-
-    def __init__(self, engine: Engine, rows, titles, weight: float, start: int, line_len: int | None = None):
-        lean, n, tok = planner(engine.script).leaning, max(len(rows), len(titles)), engine.tokenizer
-        self.bias = torch.zeros(n, tok.vocab_size)  # (B, V), or (1, V) for every row
-        for r, (words, title) in enumerate(zip(rows * n if len(rows) == 1 else rows, titles * n if len(titles) == 1
-                                               else titles)):
-            for c, v in lean(words, check_title(engine, title)).items():
-                if (i := tok.stoi.get(c)) is not None:
-                    self.bias[r, i] = weight * v
-        self.start, self.line_len = start, line_len
-        self.hanzi = torch.tensor([is_hanzi(tok.decode([i])) for i in range(tok.vocab_size)])  # (V,) bool
-        self.marks = torch.tensor(sorted(tok.stoi[c] for c in LINE_END if c in tok.stoi))
-
-    def __call__(self, idx: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        bias = self.bias.to(logits).expand_as(logits).scatter(1, idx, 0.0)  # what a row has written: no more
-        return logits + bias * self.inside_line(idx[:, self.start:])
-
-    def inside_line(self, body: torch.Tensor) -> torch.Tensor:
-        """(B, 1) bool: whether each row's next character is not its line's last. body: (B, n) the
-        poem so far (plan tokens are not characters)."""
-        if not body.size(1):
-            return torch.ones(len(body), 1, dtype=torch.bool, device=body.device)
-        mark, written = torch.isin(body, self.marks.to(body.device)), self.hanzi.to(body.device)[body].long().cumsum(1)
-        since = written[:, -1:] - torch.where(mark, written, 0).cummax(1).values[:, -1:]  # (B, 1) in this line
-        first = written.gather(1, mark.long().argmax(1, keepdim=True))  # (B, 1): the first line's length
-        length = self.line_len or torch.where(mark.any(1, keepdim=True), first, 5)
-        return since + 1 < length
+def topic_lean(engine: Engine, rows, titles, weight: float, start: int, line_len: int | None = None) -> TopicLean:
+    """The engine's `TopicLean` toward each row's planned words: `weight` × the log-lift of each
+    character toward them (`TitlePlanner.leaning`, the title's characters left out), bias (B or 1, V).
+    rows: each row's words; titles: each row's title (either script; one for every row or one per
+    row); start, line_len: as `TopicLean`'s."""
+    lean, n, tok = planner(engine.script).leaning, max(len(rows), len(titles)), engine.tokenizer
+    bias = torch.zeros(n, tok.vocab_size)  # (B, V), or (1, V) for every row
+    for r, (words, title) in enumerate(zip(rows * n if len(rows) == 1 else rows, titles * n if len(titles) == 1
+                                           else titles)):
+        for c, v in lean(words, check_title(engine, title)).items():
+            if (i := tok.stoi.get(c)) is not None:
+                bias[r, i] = weight * v
+    return TopicLean(bias, tok, start, line_len)
 
 
 def plan_title(engine: Engine, title: str, size: int, echo: bool = False) -> list[str]:
