@@ -411,12 +411,14 @@ def readme_sample(e: dict) -> str:
 
 
 def readme_voice(c: dict) -> str:
-    """The quick start's plan (a held-out title, the words it planned, the poem) and a fine-tuned poet's poem."""
+    """The quick start's plan (a held-out title, the words it planned, the first poem of at most four couplets) and a
+    fine-tuned poet's poem."""
     rel, ft, topic = c.get("relevance", {}), c.get("finetune", {}), c.get("topic_relevance", {})
     if "plan" not in rel or not ft or not topic:
         return "(pending: `python benchmarks/conditions.py`)"
     free = topic["forms"]["free"]
-    ex, poet = rel["examples"][0], ft["poets"][0]
+    ex = next((e for e in rel["examples"] if e["poem"].count("。") <= 4), rel["examples"][0])
+    poet = ft["poets"][0]
     return (f"`title={ex['title']}` planned {'、'.join(ex['words'])}:\n\n```\n" + as_couplets(ex["poem"]) + "\n```\n\n"
             f"Fine-tuned on {poet['poet']} ({n(poet['minutes'], 1)} minutes), free:\n\n```\n"
             + as_couplets(poet["examples"][0]) + f"\n```\n\n(the poet classifier attributes {poet['attributed']:.0%} of "

@@ -44,7 +44,7 @@ TWO_TEMPLATES = ("an acrostic without a form is two templates, every line of 5 o
 SUB_TOPICS = ("issue 60: the title plan's words are the title's sub-topics (expansion first), a word a couplet "
               "of a form, and the plan leans the logits toward its words' characters (topic_lean: the characters "
               "drawn change, and the masks that follow them); title_plan=echo, the plan before, holds the first "
-              "recording ('title')")
+              "recording ('title'); recorded anew at topic_lean 16 (2026-12-07: at 8 the recording before still held)")
 CHANGED: dict[str, str] = {
     **{f"西江月+{extra}+{control}": BOUND for extra in ("rhyme", "rhyme-keywords", "rhyme-prompt")
        for control in ("hard", "both")},
