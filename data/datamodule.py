@@ -385,8 +385,8 @@ def check_vocabulary(tok: Tokenizer, texts: Sequence[str], shown: int = 8) -> No
 def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script: str,
                 say: bool = True) -> dict[Path, list[dict]]:
     """The poems of `poets` (either script) in each corpus, by its `author` field; `say`: log how many
-    诗 and 词. raises ValueError for a poet with no training poem in any corpus, naming the nearest
-    authors, or with no held-out one."""
+    诗 (and 词, where a corpus of 词 was read or some were found). raises ValueError for a poet with no
+    training poem in any corpus, naming the nearest authors, or with no held-out one."""
     authors = {path: corpus_to_script([p.get("author", "") for p in poems], script) for path, poems in corpora.items()}
     wanted = dict(zip(corpus_to_script(list(poets), script), poets))
     counts = Counter((a, p["split"]) for path, poems in corpora.items() for a, p in zip(authors[path], poems))
@@ -400,6 +400,6 @@ def poets_poems(corpora: Mapping[Path, list[dict]], poets: Sequence[str], script
     found = {path: [p for a, p in zip(authors[path], poems) if a in wanted] for path, poems in corpora.items()}
     ci = sum(p.get("form") == CI for poems in found.values() for p in poems)
     if say:
-        log.info(f"data.poets={list(poets)}: {sum(map(len, found.values())) - ci:,} 诗 and {ci:,} 词 "
-                 f"(training and held-out) in {', '.join(path.name for path in found)}")
+        kinds = f"{sum(map(len, found.values())) - ci:,} 诗" + (f" and {ci:,} 词" if ci or len(corpora) > 1 else "")
+        log.info(f"data.poets={list(poets)}: {kinds} (training and held-out) in {', '.join(path.name for path in found)}")
     return found

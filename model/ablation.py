@@ -31,10 +31,11 @@ def ablated_suffix(ablated: Sequence[str], mode: str) -> str:
 
 
 def parse_heads(names: Sequence[str], n_layer: int, n_head: int) -> list[tuple[int, int]]:
-    """Head names `L<layer>H<head>` (e.g. `L3H2`) → [(layer, head)], in order, without repeats.
-    raises ValueError in one line for a malformed name or a head the model does not have."""
+    """Head names `L<layer>H<head>` (e.g. `L3H2`; one name alone as a string too: `ablate=L3H2`) →
+    [(layer, head)], in order, without repeats. raises ValueError in one line for a malformed name or a
+    head the model does not have."""
     heads = []
-    for name in names:
+    for name in [names] if isinstance(names, str) else names:
         m = re.fullmatch(r"L(\d+)H(\d+)", str(name).strip())
         if not m:
             raise ValueError(f"ablate: {name!r} is not a head name; name heads L<layer>H<head>, e.g. L3H2")

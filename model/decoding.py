@@ -24,7 +24,10 @@ turn -inf into NaN)."""
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """raises ValueError for a temperature outside [0, MAX_TEMPERATURE] (NaN included), top_k < 1,
-    or top_p outside (0, 1]."""
+    or top_p outside (0, 1], and for any of them not a number."""
+    for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{name} must be a number, got {value!r}")
     if not 0 <= temperature <= MAX_TEMPERATURE:
         raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {temperature}")
     if top_k is not None and top_k < 1:

@@ -87,6 +87,7 @@ def test_ablated_results_go_to_folders_of_their_own():
 
 def test_head_names_are_checked_in_one_line():
     assert parse_heads(["L1H0", "L0H3", "L1H0"], 2, 4) == [(1, 0), (0, 3)]
+    assert parse_heads("L1H2", 2, 4) == [(1, 2)]  # `ablate=L1H2` without brackets: one head, not its characters
     with pytest.raises(ValueError, match=r"^ablate: L9H0 is not a head of this model, which has layers 0–1 and heads "
                                          r"0–3 \(L0H0 … L1H3\)$"):
         parse_heads(["L9H0"], 2, 4)

@@ -5,6 +5,7 @@ refused in one line with nothing written, run names that say what a run read, an
 import json
 import logging
 import lzma
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,6 +172,16 @@ def test_a_ci_model_finetunes_on_a_ci_poet_of_the_song_ci_and_writes_his_tune(tm
     engine = load_engine(tmp_path / "checkpoints" / "ft", tmp_path / "checkpoints")
     poems = sample_poems(engine, SamplingOptions(num_samples=2, tune="浣溪沙", max_new_tokens=60))
     assert [shape_of(p) for p in poems] == [shape_of(HUANXISHA)] * 2
+
+
+def test_a_tang_base_counts_its_poets_poems_without_naming_the_词_it_never_read(caplog):
+    """From a new user's trial: a Tang-only base said "1,125 诗 and 0 词"; the 词 are named where a corpus of them
+    was read."""
+    poems = [{"author": "李白", "split": split, "text": "床前明月光，疑是地上霜。", "form": "wujue"}
+             for split in ("train", "val")]
+    with caplog.at_level(logging.INFO):
+        poets_poems({Path("tang.jsonl.xz"): poems}, ["李白"], "simplified")
+    assert "data.poets=['李白']: 2 诗 (training and held-out) in tang.jsonl.xz" in caplog.text and "词" not in caplog.text
 
 
 def test_the_run_name_says_what_it_read():

@@ -89,7 +89,9 @@ def test_seeded_batches():
 
 
 @pytest.mark.parametrize("kw, match", [({"temperature": -0.1}, "temperature"), ({"top_k": 0}, "top_k"),
-                                       ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")])
+                                       ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
+                                       ({"temperature": "hot"}, "^temperature must be a number, got 'hot'$"),
+                                       ({"top_k": "many"}, "^top_k must be a number, got 'many'$")])
 def test_bad_sampling_arguments_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
         generate(tiny(), torch.zeros(1, 1, dtype=torch.long), 3, **kw)

@@ -134,6 +134,8 @@ def test_the_plan_leans_the_logits_toward_its_words_characters(engine, planner):
     assert sum(c in near for p in leaned for c in p) > sum(c in near for p in base for c in p)
     with pytest.raises(ValueError, match=r"^topic_lean must be ≥ 0 \(0 = off\), got -1.0$"):
         poem_steps(engine, dataclasses.replace(opts, topic_lean=-1.0))
+    with pytest.raises(ValueError, match=r"^topic_lean must be ≥ 0 \(0 = off\), got 'abc'$"):  # not a TypeError
+        poem_steps(engine, dataclasses.replace(opts, topic_lean="abc"))
     echo = dataclasses.replace(opts, title_plan="echo")  # the plan before issue 60, kept as it was: no lean
     assert sample_poems(engine, echo) == sample_poems(engine, dataclasses.replace(echo, topic_lean=0.0))
 

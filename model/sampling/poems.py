@@ -117,8 +117,8 @@ def decide(engine: Engine, opts: SamplingOptions) -> Decision:
     check_sampling_args(opts.temperature, opts.top_k, opts.top_p)
     if opts.num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {opts.num_samples}")
-    if not opts.topic_lean >= 0:
-        raise ValueError(f"topic_lean must be ≥ 0 (0 = off), got {opts.topic_lean}")
+    if isinstance(opts.topic_lean, bool) or not isinstance(opts.topic_lean, (int, float)) or not opts.topic_lean >= 0:
+        raise ValueError(f"topic_lean must be ≥ 0 (0 = off), got {opts.topic_lean!r}")
     has_plan = plan_ids(engine.tokenizer) is not None
     control = opts.control or ("both" if has_plan else "hard")  # the default: both with plan tokens, else hard
     if control not in CONTROLS:
