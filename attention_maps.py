@@ -141,7 +141,8 @@ def attention_report(cfg: DictConfig) -> dict:
         "checkpoint": str(ckpt), "machine": describe("cpu"), "commit": commit(), "weights_sha": engine.meta.weights_sha,
         "text": engine.to_model_text(cfg.text, "text"), "tune": cfg.tune, "tokens": tokens,
         "settings": {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-                     for k in ("backend", "ablate", "ablate_mode", "init_seed", "heldout", "baselines", "flag")},
+                     for k in ("backend", "ablate_mode", "init_seed", "heldout", "baselines", "flag")}
+        | {"ablate": list(engine.ablated)},
         "statistics": {"names": list(STATISTICS), "units": "entropy in nats, the others attention weight (0–1)",
                        "rows": "each a mean over rows i ≥ 1 where defined; held-out: mean over poems",
                        "flag": f"|value − mean| > {cfg.flag.k} std and > {cfg.flag.min_effect} for every baseline "

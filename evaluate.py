@@ -107,7 +107,7 @@ def evaluate(cfg: DictConfig) -> dict:
                 for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
               "weights_sha": engine.meta.weights_sha,
-              "settings": {**settings, "sample_sets": requests},
+              "settings": {**settings, "ablate": list(engine.ablated), "sample_sets": requests},
               "rows": rows, "val": val, "seconds": seconds, "poems": samples,
               **({"plans": plans} if is_plan_model(engine) else {}),
               **({"keywords": keywords} if keywords else {}),

@@ -68,8 +68,8 @@ def sample(cfg: DictConfig, out=sys.stdout) -> list[str]:
     corpus = cfg.corpus_path if cfg.ablate and cfg.ablate_mode == "mean" else None  # read only for the means
     engine = load_engine(cfg.ckpt_path, cfg.paths.checkpoint_dir, cfg.device, cfg.backend, cfg.ablate,
                          cfg.ablate_mode, corpus)
-    if cfg.ablate:  # said once the model has the heads (a head it lacks is refused before)
-        print(f"with {', '.join(map(str, cfg.ablate))} off ({cfg.ablate_mode})", file=sys.stderr)
+    if engine.ablated:  # said once the model has the heads (a head it lacks is refused before)
+        print(f"with {', '.join(engine.ablated)} off ({cfg.ablate_mode})", file=sys.stderr)
     if cfg.poets == "list":
         return list_poets(engine, out)
     start, steps, decision = poem_steps(engine, opts)

@@ -152,6 +152,8 @@ def test_sample_script_says_which_heads_are_off_only_once_the_model_has_them(tra
     assert "off" not in capsys.readouterr().err  # refused before anything is said of it
     sample_script.sample(sample_cfg(trained, ablate=["L0H0"], num_samples=1, max_new_tokens=8), io.StringIO())
     assert "with L0H0 off (zero)" in capsys.readouterr().err
+    sample_script.sample(sample_cfg(trained, ablate="L0H1", num_samples=1, max_new_tokens=8), io.StringIO())
+    assert "with L0H1 off (zero)" in capsys.readouterr().err  # `ablate=L0H1`, no brackets: one head, named whole
 
 
 def test_sample_script_writes_jsonl_with_the_settings(trained):
