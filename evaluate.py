@@ -104,7 +104,7 @@ def evaluate(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir) if cfg.out_dir else Path(cfg.paths.log_dir) / "evaluate" / (
         ckpt.parent.name + ablated_suffix(engine.ablated, cfg.ablate_mode))
     settings = {k: OmegaConf.to_container(cfg[k]) if OmegaConf.is_config(cfg[k]) else cfg[k]
-                for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate", "ablate_mode")}
+                for k in (*SAMPLING, "sets", "forms", "reference", "val_bpc", "backend", "ablate_mode")}
     report = {"checkpoint": str(ckpt), "device": device, "machine": describe(device), "commit": commit(),
               "weights_sha": engine.meta.weights_sha,
               "settings": {**settings, "ablate": list(engine.ablated), "sample_sets": requests},
