@@ -40,6 +40,9 @@ from model.training.muon import MuonAdamW
 # Lightning asks for sync_dist=True on epoch-level logs under DDP; the validation sums below are
 # torchmetrics metrics, already reduced across ranks, so the values logged are the global ones
 warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('val/")
+# Lightning's pytree helper builds torch's deprecated LeafSpec at every fit and validation (torch
+# 2.13 warns; Lightning's to change): a warning the user can do nothing about
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 class NonFiniteLossError(ValueError):
